@@ -1,0 +1,92 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+)
+
+// Sentinel kinds of node failure. A *Error wraps exactly one of them (or
+// none, for errors it cannot classify), so errors.Is tells them apart.
+var (
+	// ErrTimeout: the node did not complete the call before its deadline.
+	// The command may or may not have taken effect.
+	ErrTimeout = errors.New("node did not answer in time")
+	// ErrUnreachable: no connection could be made (refused, no route,
+	// unknown host).
+	ErrUnreachable = errors.New("node unreachable")
+	// ErrAuth: the node refused the credentials (WRONGPASS, NOAUTH).
+	ErrAuth = errors.New("node rejected the credentials")
+	// ErrProtocol: the peer did not speak the Redis protocol; the address
+	// is probably not a Redis server.
+	ErrProtocol = errors.New("peer does not speak the Redis protocol")
+	// ErrBadURL: a node URL could not be parsed. No connection was tried.
+	ErrBadURL = errors.New("malformed node URL")
+	// ErrClosed: the node was used after Close.
+	ErrClosed = errors.New("node closed")
+)
+
+// Error is a failed call on one node. It never contains a password.
+type Error struct {
+	Addr string // the node's address (host:port)
+	Op   string // acquire, extend, release, inspect, dial
+	Kind error  // one of the sentinels above, or nil when unclassified
+	Err  error  // the underlying error
+}
+
+// Error formats as "node ADDR: OP: KIND: cause".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("node ")
+	b.WriteString(e.Addr)
+	b.WriteString(": ")
+	b.WriteString(e.Op)
+	b.WriteString(": ")
+	if e.Kind != nil {
+		b.WriteString(e.Kind.Error())
+		if e.Err != nil && e.Err != e.Kind {
+			b.WriteString(": ")
+		}
+	}
+	if e.Err != nil && e.Err != e.Kind {
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the kind and the cause, so errors.Is works on both (for
+// instance errors.Is(err, ErrTimeout) and errors.Is(err,
+// context.DeadlineExceeded)).
+func (e *Error) Unwrap() []error {
+	if e.Kind == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// classify picks the sentinel kind of err.
+func classify(err error) error {
+	var ne net.Error
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return ErrTimeout
+	case errors.As(err, &op) && op.Op == "dial":
+		return ErrUnreachable
+	}
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "ERR AUTH"):
+		return ErrAuth
+	case strings.HasPrefix(msg, "redigo: ") && !strings.Contains(msg, "connection pool"):
+		// redigo's protocolError is unexported; its messages all start so.
+		return ErrProtocol
+	}
+	return nil
+}

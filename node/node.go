@@ -1,0 +1,88 @@
+// Package node talks to one Redis master on behalf of a Redlock client.
+//
+// A Node offers only the operations the lock algorithm needs: acquire
+// (SET NX PX), extend and release (token-checking Lua scripts) and inspect.
+// Every call takes a context whose deadline bounds the whole call: getting
+// a connection, dialling, writing and reading. A node that accepts a
+// connection and never answers costs at most that deadline.
+//
+// Redis is the implementation backed by github.com/gomodule/redigo; it is
+// the only place in this module that imports a Redis client.
+package node
+
+import (
+	"context"
+	"time"
+)
+
+// Status is a node's answer to one lock operation.
+type Status uint8
+
+const (
+	// Unknown means there is no answer: the call failed or has not
+	// returned yet. A Node returns it together with a non-nil error.
+	Unknown Status = iota
+	// Done means the operation took effect: the key was set, extended or
+	// deleted under the caller's token.
+	Done
+	// Taken means the key exists and holds another token; nothing changed.
+	Taken
+	// Absent means the key does not exist (expired, released or never
+	// set); nothing changed. Acquire never returns it.
+	Absent
+)
+
+// String returns the status in lower case, as used in errors and logs.
+func (s Status) String() string {
+	switch s {
+	case Done:
+		return "done"
+	case Taken:
+		return "taken"
+	case Absent:
+		return "absent"
+	default:
+		return "unknown"
+	}
+}
+
+// Info is what Inspect reports about one key on one node.
+type Info struct {
+	// Token is the value stored under the key, "" when the key is absent.
+	Token string
+	// TTL is the key's remaining time to live as the node sees it; 0 when
+	// the key is absent, negative (-1 ms) when the key has no expiry.
+	TTL time.Duration
+}
+
+// Node is one independent Redis master seen as a lock store.
+//
+// Every method is safe for concurrent use and returns within the deadline
+// of ctx (plus scheduling noise): implementations must bound connection
+// set-up, writing and reading by it. On error the Status is Unknown and the
+// caller cannot know whether the command took effect.
+type Node interface {
+	// Addr identifies the node, normally host:port. Two Nodes with the
+	// same Addr are the same master and must not both be in one client.
+	// It never contains credentials.
+	Addr() string
+
+	// Acquire runs SET key token NX PX ttl: Done if the key was set,
+	// Taken if it already existed.
+	Acquire(ctx context.Context, key, token string, ttl time.Duration) (Status, error)
+
+	// Extend sets the key's TTL to ttl if it still holds token: Done,
+	// Taken (another token) or Absent.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (Status, error)
+
+	// Release deletes the key if it still holds token: Done, Taken or
+	// Absent.
+	Release(ctx context.Context, key, token string) (Status, error)
+
+	// Inspect reports the key's token and remaining TTL, for status
+	// displays and tests.
+	Inspect(ctx context.Context, key string) (Info, error)
+
+	// Close releases the node's connections. Calls after Close fail.
+	Close() error
+}

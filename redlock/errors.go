@@ -1,0 +1,191 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
+)
+
+var (
+	// ErrNotAcquired: no majority was obtained — the key is held
+	// elsewhere, too many nodes failed, or the validity window was used up
+	// before the quorum was counted. Nothing of the attempt is left held.
+	ErrNotAcquired = errors.New("redlock: lock not acquired")
+
+	// ErrNotHeld: Extend or Unlock found that the lock no longer holds: it
+	// expired (its validity ran out), was released, or a majority of nodes
+	// hold another token or no key. Work done under it since Until() was
+	// not protected.
+	ErrNotHeld = errors.New("redlock: lock not held")
+
+	// ErrInvalid: an argument or option was rejected before any network
+	// traffic.
+	ErrInvalid = errors.New("redlock: invalid argument")
+
+	// ErrClosed: the client was used after Close.
+	ErrClosed = errors.New("redlock: client closed")
+
+	// ErrNilLock is returned by the methods of a nil *Lock. It wraps
+	// ErrNotHeld.
+	ErrNilLock = fmt.Errorf("redlock: nil *Lock: %w", ErrNotHeld)
+)
+
+// NodeError is one node's failure within a quorum call.
+type NodeError struct {
+	Node int    // index of the node in the configured list
+	Addr string // the node's address
+	Err  error  // usually a *node.Error
+}
+
+// Error formats as "node[INDEX] CAUSE".
+func (e *NodeError) Error() string {
+	return "node[" + strconv.Itoa(e.Node) + "] " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// QuorumError reports a quorum call (acquire, extend, unlock) that did not
+// reach its quorum, with every node's outcome. errors.Is matches its
+// sentinel (ErrNotAcquired or ErrNotHeld, when the outcome is known), the
+// context's error when the caller's context ended, and every node error.
+type QuorumError struct {
+	Op      string         // "acquire", "extend" or "unlock"
+	Key     string         // the lock key, prefix included
+	Need    int            // the quorum
+	Replies []quorum.Reply // one per configured node, by index
+	// Validity is what was left of the validity window when the outcome
+	// was decided (acquire, extend); <= 0 means time ran out.
+	Validity time.Duration
+	// Attempts is how many attempts Lock made (1 for TryLock and for
+	// extend and unlock).
+	Attempts int
+
+	sentinel error
+	ctxErr   error
+	nodes    *multierror.Error
+}
+
+func newQuorumError(op, key string, need int, r *quorum.Round, sentinel, ctxErr error) *QuorumError {
+	e := &QuorumError{Op: op, Key: key, Need: need, Replies: r.Replies, Attempts: 1, sentinel: sentinel, ctxErr: ctxErr}
+	for _, rep := range r.Replies {
+		if rep.Err != nil {
+			e.nodes = multierror.Append(e.nodes, &NodeError{Node: rep.Node, Addr: rep.Addr, Err: rep.Err})
+		}
+	}
+	if e.nodes != nil {
+		e.nodes.ErrorFormat = joinSemicolon
+	}
+	return e
+}
+
+func joinSemicolon(errs []error) string {
+	s := make([]string, len(errs))
+	for i, err := range errs {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+// Count returns how many nodes ended with status st (node.Unknown counts
+// both failures and nodes that had not answered).
+func (e *QuorumError) Count(st node.Status) int {
+	n := 0
+	for _, r := range e.Replies {
+		if r.Status == st {
+			n++
+		}
+	}
+	return n
+}
+
+// Failed returns the indexes of the nodes that answered with an error.
+func (e *QuorumError) Failed() []int {
+	var out []int
+	for _, r := range e.Replies {
+		if r.Err != nil {
+			out = append(out, r.Node)
+		}
+	}
+	return out
+}
+
+// NodeErrors returns the node errors combined, nil if no node failed.
+func (e *QuorumError) NodeErrors() error {
+	if e.nodes == nil {
+		return nil
+	}
+	return e.nodes
+}
+
+// Error summarises the outcome, e.g.
+// `redlock: acquire "job": lock not acquired: 2 done, 1 taken, 2 failed, 0 no reply (need 3 of 5): node[3] ...`.
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	b.WriteString("redlock: ")
+	b.WriteString(e.Op)
+	b.WriteString(" ")
+	b.WriteString(strconv.Quote(e.Key))
+	b.WriteString(": ")
+	if e.sentinel != nil {
+		b.WriteString(strings.TrimPrefix(e.sentinel.Error(), "redlock: "))
+	} else {
+		b.WriteString("outcome unknown")
+	}
+	var done, taken, absent, failed, silent int
+	for _, r := range e.Replies {
+		switch {
+		case r.Status == node.Done:
+			done++
+		case r.Status == node.Taken:
+			taken++
+		case r.Status == node.Absent:
+			absent++
+		case r.Err != nil:
+			failed++
+		default:
+			silent++
+		}
+	}
+	fmt.Fprintf(&b, ": %d done, %d taken, %d absent, %d failed, %d no reply (need %d of %d)",
+		done, taken, absent, failed, silent, e.Need, len(e.Replies))
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
+	}
+	if e.Op != "unlock" && done >= e.Need && e.Validity <= 0 {
+		b.WriteString("; validity used up")
+	}
+	if e.ctxErr != nil {
+		b.WriteString(": ")
+		b.WriteString(e.ctxErr.Error())
+	}
+	if e.nodes != nil {
+		b.WriteString(": ")
+		b.WriteString(e.nodes.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel, the context error and the node errors, so
+// errors.Is(err, ErrNotAcquired), errors.Is(err, context.Canceled) and
+// errors.Is(err, node.ErrTimeout) all work.
+func (e *QuorumError) Unwrap() []error {
+	out := make([]error, 0, 3)
+	if e.sentinel != nil {
+		out = append(out, e.sentinel)
+	}
+	if e.ctxErr != nil {
+		out = append(out, e.ctxErr)
+	}
+	if e.nodes != nil {
+		out = append(out, e.nodes)
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+)
+
+// fakeNode is an in-memory node.Node whose keys expire on a fake clock.
+// Hooks let a test make a call fail, advance the clock, or block until the
+// test lets it go.
+type fakeNode struct {
+	addr string
+	clk  *clock.Fake
+
+	mu    sync.Mutex
+	keys  map[string]entry
+	calls map[string]int
+	// before runs at the start of every call with the operation's name;
+	// a non-nil error makes the call fail with it.
+	before func(ctx context.Context, op string) error
+}
+
+type entry struct {
+	token string
+	until time.Time
+}
+
+var errInjected = errors.New("injected failure")
+
+func newFakes(n int, clk *clock.Fake) []*fakeNode {
+	out := make([]*fakeNode, n)
+	for i := range out {
+		out[i] = &fakeNode{addr: fmt.Sprintf("fake%d:6379", i), clk: clk, keys: map[string]entry{}, calls: map[string]int{}}
+	}
+	return out
+}
+
+func asNodes(fs []*fakeNode) []node.Node {
+	out := make([]node.Node, len(fs))
+	for i, f := range fs {
+		out[i] = f
+	}
+	return out
+}
+
+func (f *fakeNode) setBefore(h func(ctx context.Context, op string) error) {
+	f.mu.Lock()
+	f.before = h
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) hook(ctx context.Context, op string) error {
+	f.mu.Lock()
+	f.calls[op]++
+	h := f.before
+	f.mu.Unlock()
+	if h != nil {
+		if err := h(ctx, op); err != nil {
+			return &node.Error{Addr: f.addr, Op: op, Err: err}
+		}
+	}
+	return nil
+}
+
+// get returns the live entry under key, dropping it if expired.
+func (f *fakeNode) get(key string) (entry, bool) {
+	e, ok := f.keys[key]
+	if ok && !f.clk.Now().Before(e.until) {
+		delete(f.keys, key)
+		return entry{}, false
+	}
+	return e, ok
+}
+
+func (f *fakeNode) token(key string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, _ := f.get(key)
+	return e.token
+}
+
+func (f *fakeNode) put(key, token string, ttl time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
+}
+
+func (f *fakeNode) count(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+func (f *fakeNode) Addr() string { return f.addr }
+func (f *fakeNode) Close() error { return nil }
+
+func (f *fakeNode) Acquire(ctx context.Context, key, token string, ttl time.Duration) (node.Status, error) {
+	if err := f.hook(ctx, "acquire"); err != nil {
+		return node.Unknown, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.get(key); ok {
+		return node.Taken, nil
+	}
+	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
+	return node.Done, nil
+}
+
+func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Duration) (node.Status, error) {
+	if err := f.hook(ctx, "extend"); err != nil {
+		return node.Unknown, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.get(key)
+	switch {
+	case !ok:
+		return node.Absent, nil
+	case e.token != token:
+		return node.Taken, nil
+	}
+	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
+	return node.Done, nil
+}
+
+func (f *fakeNode) Release(ctx context.Context, key, token string) (node.Status, error) {
+	if err := f.hook(ctx, "release"); err != nil {
+		return node.Unknown, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.get(key)
+	switch {
+	case !ok:
+		return node.Absent, nil
+	case e.token != token:
+		return node.Taken, nil
+	}
+	delete(f.keys, key)
+	return node.Done, nil
+}
+
+func (f *fakeNode) Inspect(ctx context.Context, key string) (node.Info, error) {
+	if err := f.hook(ctx, "inspect"); err != nil {
+		return node.Info{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.get(key)
+	if !ok {
+		return node.Info{}, nil
+	}
+	return node.Info{Token: e.token, TTL: e.until.Sub(f.clk.Now())}, nil
+}
+
+// failOn makes op fail at once.
+func failOn(op string) func(context.Context, string) error {
+	return func(_ context.Context, o string) error {
+		if o == op {
+			return errInjected
+		}
+		return nil
+	}
+}
+
+// gate blocks op until release is closed (or the call's deadline passes).
+func gate(op string, release <-chan struct{}) func(context.Context, string) error {
+	return func(ctx context.Context, o string) error {
+		if o != op {
+			return nil
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

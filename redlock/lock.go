@@ -1,0 +1,173 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
+)
+
+// Lock is a lock held on a majority of nodes until Until(). Its methods
+// are safe for concurrent use; those of a nil *Lock return ErrNilLock or
+// zero values and never panic.
+type Lock struct {
+	c       *Client
+	key     string
+	token   string
+	drift   float64
+	timeout time.Duration
+
+	mu       sync.Mutex
+	until    time.Time     // end of validity, on the client's clock
+	released bool          // Unlock was called
+	acq      *quorum.Round // the acquire round; its late replies matter to Unlock
+}
+
+// Key returns the locked key, prefix included.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Token returns the random value stored under the key on the nodes (32
+// hex digits from crypto/rand). Use it for check-and-set against the
+// nodes; it is not a fencing token (it does not increase).
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Until returns the end of the validity window: the lock is exclusive
+// before this instant and not after it. It is measured on the client's
+// monotonic clock; compare it with time.Now() of this process only.
+func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// TTL returns the validity left now, 0 once it has run out or after
+// Unlock.
+func (l *Lock) TTL() time.Duration {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.left()
+}
+
+func (l *Lock) left() time.Duration {
+	if l.released {
+		return 0
+	}
+	return max(0, -l.c.clk.Since(l.until))
+}
+
+// Extend resets the lock's TTL to ttl on the nodes that still hold its
+// token. It succeeds only if a majority did so before the current validity
+// ran out; Until then moves to the start of the call plus the new validity
+// (ttl minus the call's duration minus drift).
+//
+// Errors: ErrNotHeld when the lock had expired, was unlocked, or a
+// majority no longer holds the token; ErrInvalid for ttl <= 0; otherwise a
+// *QuorumError without a sentinel (nodes failed or ctx ended), after which
+// the lock still holds until Until() — which never moves later on failure,
+// but moves earlier if the new ttl is shorter than what was left.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNilLock
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("%w: TTL must be > 0, got %v", ErrInvalid, ttl)
+	}
+	if ttl <= l.timeout {
+		return fmt.Errorf("%w: TTL %v must be above the node timeout %v", ErrInvalid, ttl, l.timeout)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.left() <= 0 {
+		return l.notHeld("extend", "validity ran out")
+	}
+	c := l.c
+	key, token := l.key, l.token
+	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
+		func(ctx context.Context, _ int, n node.Node) (node.Status, error) {
+			return n.Extend(ctx, key, token, ttl)
+		})
+	t := r.Wait(ctx.Done(), c.quorum)
+	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
+	newUntil := r.Started().Add(validity)
+	inTime := l.left() > 0
+	if t.Reached && inTime && validity > 0 {
+		l.until = newUntil
+		return nil
+	}
+	// Some nodes may have taken the new TTL: never let Until outlive it.
+	if newUntil.Before(l.until) {
+		l.until = newUntil
+	}
+	qe := newQuorumError("extend", key, c.quorum, r, nil, ctx.Err())
+	qe.Validity = validity
+	if !inTime || t.Other-t.Failed > len(c.nodes)-c.quorum {
+		qe.sentinel = ErrNotHeld
+	}
+	return qe
+}
+
+// Unlock deletes the key on every node where it still holds the lock's
+// token. It returns nil when a majority released it within the validity
+// window; ErrNotHeld (a *QuorumError, or a plain error if the validity
+// had already run out) when the lock had expired, was already unlocked or
+// was taken over — the caller's critical section outran the lock; another
+// *QuorumError when too many nodes failed to tell (the keys then expire by
+// their TTL).
+func (l *Lock) Unlock(ctx context.Context) error {
+	if l == nil {
+		return ErrNilLock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return l.notHeld("unlock", "already unlocked")
+	}
+	expired := l.left() <= 0
+	l.released = true
+	c := l.c
+	key, token := l.key, l.token
+	bg := context.WithoutCancel(ctx)
+	r := quorum.Start(bg, c.clk, &c.bg, c.nodes, l.timeout,
+		func(ctx context.Context, _ int, n node.Node) (node.Status, error) {
+			return n.Release(ctx, key, token)
+		})
+	// A node whose SET reply was still in flight when the lock was granted
+	// may apply it after this release: release there again once it lands.
+	l.acq.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, key, token, l.timeout) })
+	t := r.Wait(ctx.Done(), c.quorum)
+	switch {
+	case expired:
+		return l.notHeld("unlock", "validity ran out before unlock")
+	case t.Reached:
+		return nil
+	}
+	qe := newQuorumError("unlock", key, c.quorum, r, nil, ctx.Err())
+	if t.Other-t.Failed > len(c.nodes)-c.quorum {
+		qe.sentinel = ErrNotHeld
+	}
+	return qe
+}
+
+func (l *Lock) notHeld(op, why string) error {
+	return fmt.Errorf("redlock: %s %q: %s: %w", op, l.key, why, ErrNotHeld)
+}

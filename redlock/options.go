@@ -1,0 +1,135 @@
+package redlock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+)
+
+// Defaults. Each option's comment repeats the one it governs.
+const (
+	DefaultTTL         = 10 * time.Second
+	DefaultDriftFactor = 0.01
+)
+
+// config is everything an Option can set; a Client keeps one and every
+// Lock call works on a copy that LockOptions may change.
+type config struct {
+	ttl         time.Duration
+	driftFactor float64
+	nodeTimeout time.Duration // 0: derived from ttl, see nodeTimeoutFor
+	retry       RetryStrategy
+	quorum      int // 0: majority
+	prefix      string
+	logger      *slog.Logger
+	clock       clock.Clock
+	nodeOptions node.Options
+}
+
+func defaults() config {
+	return config{
+		ttl:         DefaultTTL,
+		driftFactor: DefaultDriftFactor,
+		retry:       DefaultRetry(),
+		logger:      slog.New(slog.DiscardHandler),
+		clock:       clock.Real{},
+	}
+}
+
+// Option configures a Client in New or Dial.
+type Option func(*config)
+
+// LockOption configures one Lock or TryLock call; it overrides the
+// client's setting for that call only.
+type LockOption func(*config)
+
+// WithTTL sets how long a lock lives on the nodes unless extended.
+// Default 10s (DefaultTTL). Must be > 0.
+func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
+
+// WithDriftFactor sets the share of the TTL given up for clock drift
+// between the client and the nodes: validity = TTL − elapsed − (TTL×factor
+// + 2ms). Default 0.01 (DefaultDriftFactor). Must be in [0, 0.5). Raise it
+// if node clocks may run faster than the client's by more than that share
+// over one TTL.
+func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
+
+// WithNodeTimeout bounds each command on each node: connecting, writing
+// and reading. Default: TTL/200 clamped to [5ms, 250ms] (50ms for the
+// default 10s TTL; the Redlock description suggests 5–50ms for 10s). A
+// node slower than this counts as failed for that call. Must be > 0 and
+// below the TTL.
+func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+
+// WithRetry sets the strategy Lock uses between attempts. Default
+// DefaultRetry(): up to 32 attempts, exponential backoff with full jitter
+// from 10ms to 500ms. TryLock never retries.
+func WithRetry(s RetryStrategy) Option { return func(c *config) { c.retry = s } }
+
+// WithQuorum requires q nodes instead of a majority. Default: N/2+1 of the
+// configured nodes. q must be in [N/2+1, N]: a smaller quorum would let two
+// clients hold the lock at once.
+func WithQuorum(q int) Option { return func(c *config) { c.quorum = q } }
+
+// WithKeyPrefix is prepended to every key given to Lock and TryLock.
+// Default "" (none). Lock.Key returns the key with the prefix.
+func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithLogger sets where the client logs: a warning for an even node count,
+// debug lines for failed attempts and late clean-ups. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithClock sets the client's time source. Default clock.Real (monotonic).
+// Tests and drift experiments inject a clock.Fake or a skewed clock.
+func WithClock(clk clock.Clock) Option {
+	return func(c *config) {
+		if clk != nil {
+			c.clock = clk
+		}
+	}
+}
+
+// WithNodeOptions sets the connection pool of nodes made by Dial (pool
+// sizes, TLS). Default: node.Options{} (see its fields). New ignores it.
+func WithNodeOptions(o node.Options) Option { return func(c *config) { c.nodeOptions = o } }
+
+// TTL sets the lock's TTL for one call. Unless the client has an explicit
+// node timeout, the per-node timeout is derived from this TTL.
+func TTL(ttl time.Duration) LockOption { return func(c *config) { c.ttl = ttl } }
+
+// Retry sets the retry strategy for one Lock call.
+func Retry(s RetryStrategy) LockOption { return func(c *config) { c.retry = s } }
+
+// timeout returns the per-node timeout in force.
+func (c *config) timeout() time.Duration {
+	if c.nodeTimeout > 0 {
+		return c.nodeTimeout
+	}
+	return min(max(c.ttl/200, 5*time.Millisecond), 250*time.Millisecond)
+}
+
+// check validates everything but the node list.
+func (c *config) check() error {
+	switch {
+	case c.ttl <= 0:
+		return fmt.Errorf("%w: TTL must be > 0, got %v", ErrInvalid, c.ttl)
+	case c.driftFactor < 0 || c.driftFactor >= 0.5 || c.driftFactor != c.driftFactor:
+		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, c.driftFactor)
+	case c.nodeTimeout < 0:
+		return fmt.Errorf("%w: node timeout must be > 0, got %v", ErrInvalid, c.nodeTimeout)
+	case c.timeout() >= c.ttl:
+		return fmt.Errorf("%w: node timeout %v must be below the TTL %v", ErrInvalid, c.timeout(), c.ttl)
+	case c.retry == nil:
+		return fmt.Errorf("%w: nil retry strategy", ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,497 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// setup returns n fake nodes on a fake clock and a client over them. The
+// client is closed (waiting for background calls) at cleanup.
+func setup(t *testing.T, n int, opts ...redlock.Option) ([]*fakeNode, *clock.Fake, *redlock.Client) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(n, clk)
+	opts = append([]redlock.Option{redlock.WithClock(clk), redlock.WithNodeTimeout(500 * time.Millisecond)}, opts...)
+	c, err := redlock.New(asNodes(fakes), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return fakes, clk, c
+}
+
+func holders(fakes []*fakeNode, key, token string) int {
+	n := 0
+	for _, f := range fakes {
+		if f.token(key) == token {
+			n++
+		}
+	}
+	return n
+}
+
+func TestTryLockGrantsWithValidityFromFakeClock(t *testing.T) {
+	fakes, clk, c := setup(t, 5, redlock.WithTTL(10*time.Second))
+	// Nodes 0-2 each take 30ms of client time to answer; nodes 3 and 4
+	// answer only after TryLock returned. The validity must lose the 90ms
+	// as well as the drift (10s×0.01 + 2ms).
+	for _, f := range fakes[:3] {
+		f.setBefore(func(_ context.Context, op string) error {
+			if op == "acquire" {
+				clk.Advance(30 * time.Millisecond)
+			}
+			return nil
+		})
+	}
+	later := make(chan struct{})
+	for _, f := range fakes[3:] {
+		f.setBefore(gate("acquire", later))
+	}
+	l, err := c.TryLock(context.Background(), "job")
+	close(later)
+	require.NoError(t, err)
+	assert.Equal(t, epoch.Add(10*time.Second-90*time.Millisecond-102*time.Millisecond), l.Until(),
+		"until = start + ttl - elapsed - drift")
+	assert.Equal(t, 10*time.Second-180*time.Millisecond-102*time.Millisecond, l.TTL(), "TTL = until - now")
+	assert.Equal(t, "job", l.Key())
+	assert.Len(t, l.Token(), 32)
+	assert.Equal(t, 3, holders(fakes[:3], "job", l.Token()))
+
+	clk.Advance(l.TTL())
+	assert.Equal(t, time.Duration(0), l.TTL(), "TTL is 0 once validity ran out")
+	assert.ErrorIs(t, l.Unlock(context.Background()), redlock.ErrNotHeld, "the critical section outran the lock")
+}
+
+func TestValidityUsedUpIsNotAcquiredAndRolledBack(t *testing.T) {
+	fakes, clk, c := setup(t, 5, redlock.WithTTL(time.Second), redlock.WithNodeTimeout(100*time.Millisecond))
+	for _, f := range fakes {
+		f.setBefore(func(_ context.Context, op string) error {
+			if op == "acquire" {
+				clk.Advance(400 * time.Millisecond) // 3 replies = 1.2s > TTL
+			}
+			return nil
+		})
+	}
+	l, err := c.TryLock(context.Background(), "slow")
+	require.Nil(t, l)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.LessOrEqual(t, qe.Validity, time.Duration(0))
+	assert.Contains(t, err.Error(), "validity used up")
+	require.NoError(t, c.Close()) // wait for late replies and their releases
+	for i, f := range fakes {
+		assert.Empty(t, f.token("slow"), "node %d still holds a key", i)
+	}
+}
+
+func TestRollbackIncludesLateReplies(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	// Node 0 grants, nodes 1-3 are held by someone else, node 4 is slow:
+	// the attempt is decided (3 taken) before node 4 answers, and node 4's
+	// late SET must be released once it lands.
+	for _, i := range []int{1, 2, 3} {
+		fakes[i].put("k", "other", time.Minute)
+	}
+	slow := make(chan struct{})
+	fakes[4].setBefore(gate("acquire", slow))
+
+	_, err := c.TryLock(context.Background(), "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 1, qe.Count(node.Done))
+	assert.Equal(t, 3, qe.Count(node.Taken))
+	assert.False(t, qe.Replies[4].Answered(), "node 4 had not answered when the attempt was decided")
+
+	assert.Empty(t, fakes[0].token("k"), "node 0 is released before TryLock returns")
+	for _, i := range []int{1, 2, 3} {
+		assert.Equal(t, "other", fakes[i].token("k"), "someone else's key is untouched")
+		assert.Zero(t, fakes[i].count("release"), "a Taken answer proves our SET did not apply: no release sent")
+	}
+
+	close(slow)
+	require.NoError(t, c.Close())
+	assert.Empty(t, fakes[4].token("k"), "the late SET on node 4 is rolled back")
+	assert.Equal(t, 1, fakes[4].count("release"))
+}
+
+func TestRollbackReleasesFailedNodes(t *testing.T) {
+	fakes, _, c := setup(t, 3)
+	// Node 1's reply is lost after its SET applied; node 2 is taken.
+	fakes[1].setBefore(func(ctx context.Context, op string) error {
+		if op == "acquire" {
+			return errInjected
+		}
+		return nil
+	})
+	fakes[2].put("k", "other", time.Minute)
+	// The fake fails before applying; plant the key as if it had applied.
+	_, err := c.TryLock(context.Background(), "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.NoError(t, c.Close())
+	assert.Equal(t, 1, fakes[1].count("release"), "a node whose reply was lost is released too")
+	assert.Equal(t, 1, fakes[0].count("release"))
+	assert.Zero(t, fakes[2].count("release"))
+	assert.Empty(t, fakes[0].token("k"))
+}
+
+func TestContextCancelledMidAcquire(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	release := make(chan struct{})
+	started := make(chan struct{}, 5)
+	for _, f := range fakes[:3] {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "acquire" {
+				started <- struct{}{}
+				<-release
+			}
+			return nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "k")
+		errc <- err
+	}()
+	for range 3 {
+		<-started
+	}
+	cancel()
+	err := <-errc
+	assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.ErrorIs(t, err, context.Canceled)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 1, qe.Attempts)
+
+	close(release) // the blocked SETs now apply, late
+	require.NoError(t, c.Close())
+	for i, f := range fakes {
+		assert.Empty(t, f.token("k"), "node %d", i)
+	}
+}
+
+func TestContextDeadlineDuringBackoff(t *testing.T) {
+	fakes, _, c := setup(t, 3, redlock.WithClock(clock.Real{}), redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Lock(ctx, "k")
+	assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestRetryBudget(t *testing.T) {
+	fakes, clk, c := setup(t, 3, redlock.WithRetry(redlock.LimitRetry(redlock.ExponentialBackoff(10*time.Millisecond, time.Second), 4)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), "k")
+		errc <- err
+	}()
+	// Each backoff waits on the fake clock: move it until Lock gives up.
+	var err error
+	for err == nil {
+		select {
+		case err = <-errc:
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(time.Second)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 4, qe.Attempts)
+	assert.Contains(t, err.Error(), "after 4 attempts")
+	for _, f := range fakes {
+		assert.Equal(t, 4, f.count("acquire"))
+	}
+}
+
+func TestLockRetriesUntilFree(t *testing.T) {
+	fakes, clk, c := setup(t, 3)
+	for _, f := range fakes {
+		f.put("k", "other", 300*time.Millisecond)
+	}
+	errc := make(chan error, 1)
+	var l *redlock.Lock
+	go func() {
+		var err error
+		l, err = c.Lock(context.Background(), "k")
+		errc <- err
+	}()
+	var err error
+	done := false
+	for !done {
+		select {
+		case err = <-errc:
+			done = true
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(100 * time.Millisecond)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.NoError(t, err)
+	assert.Equal(t, 3, holders(fakes, "k", l.Token()))
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+func TestAuthFailureIsNotRetried(t *testing.T) {
+	fakes, _, c := setup(t, 3)
+	for _, f := range fakes[:2] {
+		f.setBefore(func(context.Context, string) error { return node.ErrAuth })
+	}
+	_, err := c.Lock(context.Background(), "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.ErrorIs(t, err, node.ErrAuth)
+	assert.Equal(t, 1, fakes[2].count("acquire"), "bad credentials on a majority: retrying cannot help")
+}
+
+func TestExtend(t *testing.T) {
+	ctx := context.Background()
+	t.Run("moves until", func(t *testing.T) {
+		fakes, clk, c := setup(t, 5, redlock.WithTTL(time.Second))
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		clk.Advance(500 * time.Millisecond)
+		require.NoError(t, l.Extend(ctx, 2*time.Second))
+		assert.Equal(t, 2*time.Second-22*time.Millisecond, l.TTL(), "2s - drift(2s)")
+		for _, f := range fakes {
+			f.mu.Lock()
+			assert.Equal(t, clk.Now().Add(2*time.Second), f.keys["k"].until)
+			f.mu.Unlock()
+		}
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("expired is not held", func(t *testing.T) {
+		_, clk, c := setup(t, 5, redlock.WithTTL(time.Second))
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		clk.Advance(time.Second)
+		err = l.Extend(ctx, time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotHeld)
+		assert.NotContains(t, err.Error(), "taken")
+		require.ErrorIs(t, l.Unlock(ctx), redlock.ErrNotHeld)
+	})
+	t.Run("taken over is not held", func(t *testing.T) {
+		fakes, _, c := setup(t, 5)
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		for _, f := range fakes[:3] {
+			f.put("k", "intruder", time.Minute)
+		}
+		require.ErrorIs(t, l.Extend(ctx, time.Minute), redlock.ErrNotHeld)
+		require.ErrorIs(t, l.Unlock(ctx), redlock.ErrNotHeld)
+		for _, f := range fakes[:3] {
+			assert.Equal(t, "intruder", f.token("k"), "unlock never deletes another holder's key")
+		}
+	})
+	t.Run("failing nodes leave the lock as it was", func(t *testing.T) {
+		fakes, _, c := setup(t, 5)
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		until := l.Until()
+		for _, f := range fakes[:3] {
+			f.setBefore(failOn("extend"))
+		}
+		err = l.Extend(ctx, time.Minute)
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, redlock.ErrNotHeld, "the outcome is unknown, not lost")
+		assert.ErrorIs(t, err, errInjected)
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe)
+		assert.ElementsMatch(t, []int{0, 1, 2}, qe.Failed())
+		assert.Equal(t, until, l.Until())
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("bad ttl", func(t *testing.T) {
+		_, _, c := setup(t, 3)
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		require.ErrorIs(t, l.Extend(ctx, 0), redlock.ErrInvalid)
+		require.ErrorIs(t, l.Extend(ctx, -time.Second), redlock.ErrInvalid)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func TestUnlock(t *testing.T) {
+	ctx := context.Background()
+	fakes, _, c := setup(t, 5)
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	assert.Equal(t, 0, holders(fakes, "k", l.Token()))
+	assert.Zero(t, l.TTL())
+	require.ErrorIs(t, l.Unlock(ctx), redlock.ErrNotHeld, "twice")
+	require.ErrorIs(t, l.Extend(ctx, time.Second), redlock.ErrNotHeld, "after unlock")
+
+	l2, err := c.TryLock(ctx, "k")
+	require.NoError(t, err, "free again")
+	require.NoError(t, l2.Unlock(ctx))
+}
+
+func TestTwoClientsExclude(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	a, err := redlock.New(asNodes(fakes), redlock.WithClock(clk))
+	require.NoError(t, err)
+	b, err := redlock.New(asNodes(fakes), redlock.WithClock(clk))
+	require.NoError(t, err)
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+	la, err := a.TryLock(ctx, "k")
+	require.NoError(t, err)
+	_, err = b.TryLock(ctx, "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.GreaterOrEqual(t, qe.Count(node.Taken), 3, "decided at the third Taken")
+	require.NoError(t, la.Unlock(ctx))
+	lb, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, lb.Unlock(ctx))
+}
+
+func TestNilLock(t *testing.T) {
+	var l *redlock.Lock
+	assert.Equal(t, "", l.Key())
+	assert.Equal(t, "", l.Token())
+	assert.Zero(t, l.TTL())
+	assert.True(t, l.Until().IsZero())
+	assert.ErrorIs(t, l.Extend(context.Background(), time.Second), redlock.ErrNotHeld)
+	assert.ErrorIs(t, l.Unlock(context.Background()), redlock.ErrNilLock)
+}
+
+func TestBadInput(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := asNodes(newFakes(3, clk))
+	dup := asNodes(newFakes(2, clk))
+	dup = append(dup, dup[0])
+	cases := []struct {
+		name  string
+		nodes []node.Node
+		opts  []redlock.Option
+	}{
+		{"no nodes", nil, nil},
+		{"same node twice", dup, nil},
+		{"nil node", []node.Node{fakes[0], nil}, nil},
+		{"zero ttl", fakes, []redlock.Option{redlock.WithTTL(0)}},
+		{"negative ttl", fakes, []redlock.Option{redlock.WithTTL(-time.Second)}},
+		{"negative drift", fakes, []redlock.Option{redlock.WithDriftFactor(-0.1)}},
+		{"drift too big", fakes, []redlock.Option{redlock.WithDriftFactor(0.5)}},
+		{"quorum below majority", fakes, []redlock.Option{redlock.WithQuorum(1)}},
+		{"quorum above n", fakes, []redlock.Option{redlock.WithQuorum(4)}},
+		{"timeout above ttl", fakes, []redlock.Option{redlock.WithTTL(time.Second), redlock.WithNodeTimeout(2 * time.Second)}},
+		{"nil retry", fakes, []redlock.Option{redlock.WithRetry(nil)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := redlock.New(tc.nodes, tc.opts...)
+			assert.Nil(t, c)
+			assert.ErrorIs(t, err, redlock.ErrInvalid)
+		})
+	}
+
+	c, err := redlock.New(fakes, redlock.WithQuorum(3), redlock.WithClock(clk))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.TryLock(context.Background(), "")
+	assert.ErrorIs(t, err, redlock.ErrInvalid)
+	_, err = c.Lock(context.Background(), "k", redlock.TTL(0))
+	assert.ErrorIs(t, err, redlock.ErrInvalid)
+	for _, f := range fakes {
+		assert.Zero(t, f.(*fakeNode).count("acquire"), "bad input sends nothing")
+	}
+}
+
+func TestDialBadURLs(t *testing.T) {
+	for _, u := range []string{"", "http://x:1", "redis://", "redis://h:99999", "redis://h:1/abc", "redis://user:s3cret@h:bad"} {
+		c, err := redlock.Dial([]string{u})
+		assert.Nil(t, c, u)
+		require.ErrorIs(t, err, node.ErrBadURL, u)
+		assert.NotContains(t, err.Error(), "s3cret")
+	}
+	_, err := redlock.Dial([]string{"redis://a:1", "redis://A:1"})
+	assert.ErrorIs(t, err, redlock.ErrInvalid, "same address twice")
+	_, err = redlock.Dial(nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalid)
+}
+
+func TestClosedClient(t *testing.T) {
+	_, _, c := setup(t, 3)
+	require.NoError(t, c.Close())
+	_, err := c.TryLock(context.Background(), "k")
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+func TestTokensAreUniquePerAttempt(t *testing.T) {
+	_, _, c := setup(t, 3)
+	seen := map[string]bool{}
+	for range 200 {
+		l, err := c.TryLock(context.Background(), "k")
+		require.NoError(t, err)
+		require.False(t, seen[l.Token()])
+		seen[l.Token()] = true
+		require.NoError(t, l.Unlock(context.Background()))
+	}
+}
+
+func TestRetryStrategies(t *testing.T) {
+	s := redlock.ExponentialBackoff(10*time.Millisecond, 80*time.Millisecond)
+	for attempt, ceil := range map[int]time.Duration{1: 10 * time.Millisecond, 2: 20 * time.Millisecond, 4: 80 * time.Millisecond, 60: 80 * time.Millisecond, 1000: 80 * time.Millisecond} {
+		for range 100 {
+			d, ok := s.Backoff(attempt)
+			require.True(t, ok)
+			require.GreaterOrEqual(t, d, time.Duration(0))
+			require.LessOrEqual(t, d, ceil, "attempt %d", attempt)
+		}
+	}
+	lim := redlock.LimitRetry(s, 3)
+	_, ok := lim.Backoff(2)
+	assert.True(t, ok)
+	_, ok = lim.Backoff(3)
+	assert.False(t, ok)
+	_, ok = redlock.NoRetry().Backoff(1)
+	assert.False(t, ok)
+	for range 100 {
+		d, _ := redlock.LinearBackoff(100 * time.Millisecond).Backoff(1)
+		require.True(t, d >= 50*time.Millisecond && d <= 150*time.Millisecond, d)
+	}
+}
+
+func TestQuorumErrorIsMatchesNodeKinds(t *testing.T) {
+	fakes, _, c := setup(t, 3)
+	for _, f := range fakes {
+		f.setBefore(func(context.Context, string) error { return node.ErrTimeout })
+	}
+	_, err := c.TryLock(context.Background(), "k")
+	assert.ErrorIs(t, err, node.ErrTimeout)
+	var ne *redlock.NodeError
+	require.True(t, errors.As(err, &ne))
+	assert.Contains(t, err.Error(), "failed")
+	assert.GreaterOrEqual(t, len(ne.Addr), 1)
+}
