@@ -241,3 +241,23 @@ func everyNode(t *testing.T, ok func(i int) bool) {
 		return true
 	}, 2*time.Second, 10*time.Millisecond)
 }
+
+func TestScriptsSurviveScriptFlush(t *testing.T) {
+	// A restarted node has no scripts cached: EVALSHA answers NOSCRIPT and
+	// the node must fall back to EVAL.
+	ctx := context.Background()
+	p := prefix(t, 2*time.Second)
+	c := client(t, redlock.WithNodeTimeout(200*time.Millisecond))
+	l, err := c.TryLock(ctx, p+"k")
+	require.NoError(t, err)
+	for i := 0; i < shared.Size(); i++ {
+		_, err := shared.Direct(i).Command(ctx, "SCRIPT", "FLUSH")
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Extend(ctx, 5*time.Second))
+	for i := 0; i < shared.Size(); i++ {
+		_, err := shared.Direct(i).Command(ctx, "SCRIPT", "FLUSH")
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -57,10 +57,21 @@ var (
 	//go:embed scripts/inspect.lua
 	inspectLua string
 
-	extendScript  = redis.NewScript(1, extendLua)
-	releaseScript = redis.NewScript(1, releaseLua)
-	inspectScript = redis.NewScript(1, inspectLua)
+	extendScript  = newScript(extendLua)
+	releaseScript = newScript(releaseLua)
+	inspectScript = newScript(inspectLua)
 )
+
+// script is a Lua script with its SHA1, both already boxed so that a call
+// does not allocate them again.
+type script struct {
+	src  any
+	hash any
+}
+
+func newScript(src string) *script {
+	return &script{src: src, hash: redis.NewScript(1, src).Hash()}
+}
 
 // Redis is a Node backed by a redigo connection pool.
 type Redis struct {
@@ -176,7 +187,7 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	return Info{Token: tok, TTL: time.Duration(pttl) * time.Millisecond}, nil
 }
 
-func (r *Redis) script(ctx context.Context, op string, s *redis.Script, key, token string, ttlMS any) (Status, error) {
+func (r *Redis) script(ctx context.Context, op string, s *script, key, token string, ttlMS any) (Status, error) {
 	reply, err := r.eval(ctx, op, s, key, token, ttlMS)
 	if err != nil {
 		return Unknown, err
@@ -193,9 +204,18 @@ func (r *Redis) script(ctx context.Context, op string, s *redis.Script, key, tok
 }
 
 // eval runs a script by EVALSHA and falls back to EVAL (which also loads
-// it) when the node answers NOSCRIPT, e.g. after a restart.
-func (r *Redis) eval(ctx context.Context, op string, s *redis.Script, key string, token, ttlMS any) (any, error) {
-	args := []any{s.Hash(), 1, key}
+// it) when the node answers NOSCRIPT, e.g. after a restart. token and ttlMS
+// are left out when nil.
+func (r *Redis) eval(ctx context.Context, op string, s *script, key string, token, ttlMS any) (any, error) {
+	n := 3
+	if token != nil {
+		n++
+	}
+	if ttlMS != nil {
+		n++
+	}
+	args := make([]any, 3, n)
+	args[0], args[1], args[2] = s.hash, 1, key
 	if token != nil {
 		args = append(args, token)
 	}
@@ -204,22 +224,11 @@ func (r *Redis) eval(ctx context.Context, op string, s *redis.Script, key string
 	}
 	reply, err := r.do(ctx, op, "EVALSHA", args...)
 	var rerr *Error
-	if errors.As(err, &rerr) && strings.HasPrefix(rerr.Err.Error(), "NOSCRIPT") {
-		args[0] = scriptSource(s)
+	if errors.As(err, &rerr) && rerr.Err != nil && strings.HasPrefix(rerr.Err.Error(), "NOSCRIPT") {
+		args[0] = s.src
 		reply, err = r.do(ctx, op, "EVAL", args...)
 	}
 	return reply, err
-}
-
-func scriptSource(s *redis.Script) string {
-	switch s {
-	case extendScript:
-		return extendLua
-	case releaseScript:
-		return releaseLua
-	default:
-		return inspectLua
-	}
 }
 
 // do runs one command within ctx's deadline (or the node timeout, if

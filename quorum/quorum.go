@@ -148,6 +148,21 @@ func (r *Round) Wait(stop <-chan struct{}, need int) Tally {
 	return t
 }
 
+// Collect receives, without blocking, every reply that has already
+// arrived, and reports whether any call is still running.
+func (r *Round) Collect() (pending bool) {
+	for r.got < len(r.Replies) {
+		select {
+		case rep := <-r.ch:
+			r.got++
+			r.Replies[rep.Node] = rep
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // WaitAll receives every reply, however long the calls take (each is
 // bounded by the round's timeout).
 func (r *Round) WaitAll() {

@@ -147,13 +147,20 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	c := l.c
 	key, token := l.key, l.token
 	bg := context.WithoutCancel(ctx)
+	// A node whose SET is still in flight could apply it after a release
+	// sent now; such nodes are released once their reply lands instead
+	// (one release per node either way).
+	acq := l.acq
+	if acq.Collect() {
+		acq.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, key, token, l.timeout) })
+	}
 	r := quorum.Start(bg, c.clk, &c.bg, c.nodes, l.timeout,
-		func(ctx context.Context, _ int, n node.Node) (node.Status, error) {
+		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
+			if !acq.Replies[i].Answered() {
+				return node.Unknown, nil
+			}
 			return n.Release(ctx, key, token)
 		})
-	// A node whose SET reply was still in flight when the lock was granted
-	// may apply it after this release: release there again once it lands.
-	l.acq.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, key, token, l.timeout) })
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
 	case expired:

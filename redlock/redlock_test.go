@@ -112,11 +112,11 @@ func TestRollbackIncludesLateReplies(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
-	assert.Equal(t, 1, qe.Count(node.Done))
 	assert.Equal(t, 3, qe.Count(node.Taken))
 	assert.False(t, qe.Replies[4].Answered(), "node 4 had not answered when the attempt was decided")
-
-	assert.Empty(t, fakes[0].token("k"), "node 0 is released before TryLock returns")
+	if qe.Replies[0].Status == node.Done {
+		assert.Empty(t, fakes[0].token("k"), "node 0 answered Done: released before TryLock returns")
+	}
 	for _, i := range []int{1, 2, 3} {
 		assert.Equal(t, "other", fakes[i].token("k"), "someone else's key is untouched")
 		assert.Zero(t, fakes[i].count("release"), "a Taken answer proves our SET did not apply: no release sent")
@@ -126,6 +126,8 @@ func TestRollbackIncludesLateReplies(t *testing.T) {
 	require.NoError(t, c.Close())
 	assert.Empty(t, fakes[4].token("k"), "the late SET on node 4 is rolled back")
 	assert.Equal(t, 1, fakes[4].count("release"))
+	assert.Empty(t, fakes[0].token("k"))
+	assert.Equal(t, 1, fakes[0].count("release"))
 }
 
 func TestRollbackReleasesFailedNodes(t *testing.T) {
@@ -267,6 +269,7 @@ func TestAuthFailureIsNotRetried(t *testing.T) {
 	_, err := c.Lock(context.Background(), "k")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.ErrorIs(t, err, node.ErrAuth)
+	require.NoError(t, c.Close()) // let the minority's call finish
 	assert.Equal(t, 1, fakes[2].count("acquire"), "bad credentials on a majority: retrying cannot help")
 }
 
@@ -279,11 +282,15 @@ func TestExtend(t *testing.T) {
 		clk.Advance(500 * time.Millisecond)
 		require.NoError(t, l.Extend(ctx, 2*time.Second))
 		assert.Equal(t, 2*time.Second-22*time.Millisecond, l.TTL(), "2s - drift(2s)")
+		extended := 0
 		for _, f := range fakes {
 			f.mu.Lock()
-			assert.Equal(t, clk.Now().Add(2*time.Second), f.keys["k"].until)
+			if f.keys["k"].until.Equal(clk.Now().Add(2 * time.Second)) {
+				extended++
+			}
 			f.mu.Unlock()
 		}
+		assert.GreaterOrEqual(t, extended, 3, "a majority took the new TTL before Extend returned")
 		require.NoError(t, l.Unlock(ctx))
 	})
 	t.Run("expired is not held", func(t *testing.T) {
@@ -323,7 +330,10 @@ func TestExtend(t *testing.T) {
 		assert.ErrorIs(t, err, errInjected)
 		var qe *redlock.QuorumError
 		require.ErrorAs(t, err, &qe)
-		assert.ElementsMatch(t, []int{0, 1, 2}, qe.Failed())
+		// Decided at the third negative answer; a node whose acquire reply
+		// was still in flight may answer Absent instead of failing.
+		assert.Subset(t, []int{0, 1, 2}, qe.Failed(), "%v", err)
+		assert.GreaterOrEqual(t, len(qe.Failed()), 2, "%v", err)
 		assert.Equal(t, until, l.Until())
 		require.NoError(t, l.Unlock(ctx))
 	})
@@ -343,7 +353,8 @@ func TestUnlock(t *testing.T) {
 	l, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
-	assert.Equal(t, 0, holders(fakes, "k", l.Token()))
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 0 }, time.Second, time.Millisecond,
+		"the minority is released just after Unlock returns")
 	assert.Zero(t, l.TTL())
 	require.ErrorIs(t, l.Unlock(ctx), redlock.ErrNotHeld, "twice")
 	require.ErrorIs(t, l.Extend(ctx, time.Second), redlock.ErrNotHeld, "after unlock")

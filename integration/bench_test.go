@@ -1,0 +1,72 @@
+package integration_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// directURLs are the nodes without their proxies: an in-process toxiproxy
+// would add its own latency and allocations to what is measured.
+func directURLs() []string {
+	out := make([]string, shared.Size())
+	for i := range out {
+		out[i] = "redis://" + shared.Backend.Upstream(i)
+	}
+	return out
+}
+
+// BenchmarkLockUnlock is one TryLock + Unlock cycle on five healthy nodes,
+// one goroutine, a distinct key per cycle.
+func BenchmarkLockUnlock(b *testing.B) {
+	c, err := redlock.Dial(directURLs())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "bench:" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		l, err := c.TryLock(ctx, keys[i%len(keys)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockUnlockParallel is the same cycle from GOMAXPROCS×4
+// goroutines.
+func BenchmarkLockUnlockParallel(b *testing.B) {
+	c, err := redlock.Dial(directURLs())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:p:" + strconv.FormatInt(keySeq.Add(1), 10)
+		for pb.Next() {
+			l, err := c.TryLock(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

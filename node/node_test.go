@@ -1,0 +1,149 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/redlock/node"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseURL(t *testing.T) {
+	cases := []struct {
+		in   string
+		want node.Endpoint
+		str  string
+	}{
+		{"redis://h", node.Endpoint{Host: "h", Port: 6379}, "redis://h:6379"},
+		{"redis://h:7001/3", node.Endpoint{Host: "h", Port: 7001, DB: 3}, "redis://h:7001/3"},
+		{"redis://:pw@h:1", node.Endpoint{Host: "h", Port: 1, Password: "pw"}, "redis://:xxxxx@h:1"},
+		{"redis://alice:pw@h:1", node.Endpoint{Host: "h", Port: 1, Username: "alice", Password: "pw"}, "redis://alice:xxxxx@h:1"},
+		{"rediss://[::1]:6380", node.Endpoint{TLS: true, Host: "::1", Port: 6380}, "rediss://[::1]:6380"},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			ep, err := node.ParseURL(c.in)
+			require.NoError(t, err)
+			assert.Equal(t, c.want, ep)
+			assert.Equal(t, c.str, ep.String())
+		})
+	}
+	for _, bad := range []string{"", "h:1", "http://h:1", "redis://", "redis://h:0", "redis://h:x", "redis://h/db", "redis://h/-1", "redis://h?x=1", "redis:h", "redis://u:s3cret@h:bad"} {
+		_, err := node.ParseURL(bad)
+		require.ErrorIs(t, err, node.ErrBadURL, bad)
+		assert.NotContains(t, err.Error(), "s3cret")
+	}
+}
+
+func TestStringHidesPassword(t *testing.T) {
+	r, err := node.Dial("redis://bob:hunter2@127.0.0.1:1", node.Options{})
+	require.NoError(t, err)
+	defer r.Close()
+	assert.NotContains(t, r.String(), "hunter2")
+	assert.Equal(t, "127.0.0.1:1", r.Addr())
+}
+
+// listen starts a loopback server that runs serve on each connection until
+// the test ends.
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	conns := make(chan net.Conn, 16)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+			go serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		close(conns)
+		for c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
+	// Accepts and reads, never answers.
+	addr := listen(t, func(c net.Conn) {
+		buf := make([]byte, 512)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	})
+	r, err := node.Dial("redis://"+addr, node.Options{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	st, err := r.Acquire(ctx, "k", "tok", time.Second)
+	assert.Equal(t, node.Unknown, st)
+	require.ErrorIs(t, err, node.ErrTimeout)
+	var ne *node.Error
+	require.True(t, errors.As(err, &ne))
+	assert.Equal(t, "acquire", ne.Op)
+	assert.Equal(t, addr, ne.Addr)
+	// The ctx deadline, not the 10 s node timeout nor a socket timeout,
+	// ended the call.
+	dl, _ := ctx.Deadline()
+	assert.WithinDuration(t, dl, time.Now(), 2*time.Second)
+}
+
+func TestNotRedis(t *testing.T) {
+	addr := listen(t, func(c net.Conn) {
+		_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+		c.Close()
+	})
+	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	_, err = r.Release(context.Background(), "k", "tok")
+	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
+}
+
+func TestUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	_, err = r.Acquire(context.Background(), "k", "tok", time.Second)
+	require.ErrorIs(t, err, node.ErrUnreachable, "%v", err)
+}
+
+func TestClosed(t *testing.T) {
+	r, err := node.Dial("redis://127.0.0.1:1", node.Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	_, err = r.Acquire(context.Background(), "k", "tok", time.Second)
+	require.ErrorIs(t, err, node.ErrClosed)
+}
+
+func TestStatusString(t *testing.T) {
+	assert.Equal(t, "done", node.Done.String())
+	assert.Equal(t, "taken", node.Taken.String())
+	assert.Equal(t, "absent", node.Absent.String())
+	assert.Equal(t, "unknown", node.Unknown.String())
+}
