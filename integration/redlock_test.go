@@ -117,6 +117,7 @@ func TestBlackholedNodeCostsAtMostTheNodeTimeout(t *testing.T) {
 	_, err = c2.TryLock(context.Background(), p+"k2")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.ErrorIs(t, err, node.ErrTimeout)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's context did not end")
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
 	for _, i := range qe.Failed() {

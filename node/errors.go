@@ -56,12 +56,16 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the kind and the cause, so errors.Is works on both (for
-// instance errors.Is(err, ErrTimeout) and errors.Is(err,
-// context.DeadlineExceeded)).
+// Unwrap returns the kind and the cause, so errors.Is works on both. A
+// timeout unwraps to ErrTimeout only, not to context.DeadlineExceeded: the
+// deadline that expired was the per-node one, and a caller testing its own
+// context's end with errors.Is must not be misled by a slow node.
 func (e *Error) Unwrap() []error {
-	if e.Kind == nil {
+	switch e.Kind {
+	case nil:
 		return []error{e.Err}
+	case ErrTimeout:
+		return []error{e.Kind}
 	}
 	return []error{e.Kind, e.Err}
 }

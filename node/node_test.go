@@ -99,6 +99,7 @@ func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
 	st, err := r.Acquire(ctx, "k", "tok", time.Second)
 	assert.Equal(t, node.Unknown, st)
 	require.ErrorIs(t, err, node.ErrTimeout)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "a node timeout must not look like the caller's context ending")
 	var ne *node.Error
 	require.True(t, errors.As(err, &ne))
 	assert.Equal(t, "acquire", ne.Op)

@@ -501,6 +501,7 @@ func TestQuorumErrorIsMatchesNodeKinds(t *testing.T) {
 	}
 	_, err := c.TryLock(context.Background(), "k")
 	assert.ErrorIs(t, err, node.ErrTimeout)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's context did not end")
 	var ne *redlock.NodeError
 	require.True(t, errors.As(err, &ne))
 	assert.Contains(t, err.Error(), "failed")
