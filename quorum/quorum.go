@@ -75,7 +75,14 @@ func Start(ctx context.Context, clk clock.Clock, wg *sync.WaitGroup, nodes []nod
 		clk:     clk,
 		wg:      wg,
 	}
+	for i, n := range nodes {
+		// Unanswered entries still name their node.
+		r.Replies[i] = Reply{Node: i, Addr: n.Addr()}
+	}
 	ctx, r.cancel = context.WithTimeout(ctx, timeout)
+	if len(nodes) == 0 {
+		r.cancel()
+	}
 	r.running.Store(int32(len(nodes)))
 	if wg != nil {
 		wg.Add(len(nodes))
@@ -119,26 +126,23 @@ type Tally struct {
 
 // Wait receives replies until need of them are Done, until need is out of
 // reach, or until stop is closed (pass ctx.Done(); nil never stops). It
-// returns at the first of these; calls still running go on.
+// returns at the first of these; calls still running go on. The tally
+// counts every reply received so far, so Wait may be called again (with a
+// new stop channel) to keep waiting.
 func (r *Round) Wait(stop <-chan struct{}, need int) Tally {
 	n := len(r.Replies)
 	var t Tally
 	t.Pending = n - r.got
+	for _, rep := range r.Replies {
+		t.count(rep)
+	}
 	for t.Pending > 0 && t.Done < need && t.Other <= n-need {
 		select {
 		case rep := <-r.ch:
 			r.got++
 			r.Replies[rep.Node] = rep
 			t.Pending--
-			switch {
-			case rep.Status == node.Done:
-				t.Done++
-			case rep.Err != nil:
-				t.Failed++
-				t.Other++
-			default:
-				t.Other++
-			}
+			t.count(rep)
 		case <-stop:
 			t.Reached = t.Done >= need
 			return t
@@ -146,6 +150,19 @@ func (r *Round) Wait(stop <-chan struct{}, need int) Tally {
 	}
 	t.Reached = t.Done >= need
 	return t
+}
+
+// count adds a received reply to the tally; unanswered entries add nothing.
+func (t *Tally) count(rep Reply) {
+	switch {
+	case rep.Status == node.Done:
+		t.Done++
+	case rep.Err != nil:
+		t.Failed++
+		t.Other++
+	case rep.Status != node.Unknown:
+		t.Other++
+	}
 }
 
 // Collect receives, without blocking, every reply that has already
