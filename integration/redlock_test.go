@@ -262,3 +262,19 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	}
 	require.NoError(t, l.Unlock(ctx))
 }
+
+func TestIdleConnectionsSurviveANodeRestart(t *testing.T) {
+	// A restart leaves dead connections in the pool; the idle check must
+	// catch them so the first call after the restart does not fail.
+	ctx := context.Background()
+	n, err := node.Dial(shared.URLs()[4], node.Options{CheckIdle: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer n.Close()
+	_, err = n.Inspect(ctx, "warm-up")
+	require.NoError(t, err)
+	require.NoError(t, shared.Stop(ctx, 4))
+	require.NoError(t, shared.Start(ctx, 4))
+	time.Sleep(150 * time.Millisecond) // idle for longer than CheckIdle
+	_, err = n.Inspect(ctx, "after-restart")
+	require.NoError(t, err, "the first call after a restart")
+}

@@ -31,6 +31,12 @@ type Options struct {
 	// TLSConfig is used for rediss:// URLs. Default: system roots, the
 	// URL's host as server name.
 	TLSConfig *tls.Config
+	// CheckIdle is how long a pooled connection may sit idle before it is
+	// checked with a PING (within the caller's deadline) when taken from
+	// the pool. A node that restarted leaves dead connections behind;
+	// without the check the first command on each fails. Default 1s;
+	// negative disables the check.
+	CheckIdle time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -45,6 +51,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 5 * time.Minute
+	}
+	if o.CheckIdle == 0 {
+		o.CheckIdle = time.Second
 	}
 	return o
 }
@@ -127,6 +136,24 @@ func New(ep Endpoint, opts Options) *Redis {
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
 			return redis.DialContext(ctx, "tcp", r.addr, dialOpts...)
 		},
+	}
+	if opts.CheckIdle > 0 {
+		checkIdle := opts.CheckIdle
+		r.pool.TestOnBorrowContext = func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
+			if time.Since(lastUsed) < checkIdle {
+				return nil
+			}
+			d, ok := ctx.Deadline()
+			left := time.Until(d)
+			if !ok || left > r.timeout {
+				left = r.timeout
+			}
+			if left <= 0 {
+				return context.DeadlineExceeded
+			}
+			_, err := redis.DoWithTimeout(c, left, "PING")
+			return err
+		}
 	}
 	return r
 }
