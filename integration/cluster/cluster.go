@@ -59,8 +59,9 @@ type Options struct {
 	// keeps its keys. Default off, as in the Redlock description's
 	// unsafe-restart scenario.
 	Persist bool
-	// Backend is "process", "docker" or "" for automatic: docker when an
-	// engine answers, else process. REDLOCK_BACKEND overrides "".
+	// Backend is "process", "docker", "compose" (docker-compose.yml, 5
+	// nodes) or "" for automatic: docker when an engine answers, else
+	// process. REDLOCK_BACKEND overrides "".
 	Backend string
 	// Image is the docker image. Default $REDIS_IMAGE, else
 	// quorumlock/redis:7-local.
@@ -100,8 +101,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		b, err = StartProcesses(ctx, o)
 	case "docker":
 		b, err = StartDocker(ctx, o)
+	case "compose":
+		b, err = StartCompose(ctx, o)
 	default:
-		return nil, fmt.Errorf("cluster: unknown backend %q (want process or docker)", kind)
+		return nil, fmt.Errorf("cluster: unknown backend %q (want process, docker or compose)", kind)
 	}
 	if err != nil {
 		return nil, err
@@ -144,14 +147,18 @@ func WithProxies(b Backend) (*Cluster, error) {
 func (c *Cluster) repoint(i int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A new direct pool in any case: the old one's connections went to the
+	// old server and, after a restart on the same address, would fail
+	// once with EOF.
+	if c.direct[i] != nil {
+		c.direct[i].Close()
+	}
+	c.direct[i] = node.New(mustParse("redis://"+c.Backend.Upstream(i)), node.Options{Timeout: 2 * time.Second})
 	if old := c.proxies[i]; old != nil {
 		if old.Upstream == c.Backend.Upstream(i) {
 			return nil
 		}
 		old.Stop()
-	}
-	if c.direct[i] != nil {
-		c.direct[i].Close()
 	}
 	p := toxiproxy.NewProxy(c.server, fmt.Sprintf("redis%d", i+1), c.listen[i], c.Backend.Upstream(i))
 	var err error
@@ -165,7 +172,6 @@ func (c *Cluster) repoint(i int) error {
 		return fmt.Errorf("cluster: proxy for node %d: %w", i, err)
 	}
 	c.proxies[i] = p
-	c.direct[i] = node.New(mustParse("redis://"+c.Backend.Upstream(i)), node.Options{Timeout: 2 * time.Second})
 	return nil
 }
 
