@@ -61,7 +61,7 @@ func (e *env) startNodes(ctx context.Context, cfg demoConfig, v *view) error {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: clusterNodes, Backend: cfg.clusterBackend()})
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: clusterNodes, Backend: cfg.clusterBackend(ctx)})
 	if err != nil {
 		return fmt.Errorf("starting the nodes: %w", err)
 	}

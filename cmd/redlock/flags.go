@@ -1,22 +1,24 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/quorumlock/redlock/integration/cluster"
 	"github.com/quorumlock/redlock/redlock"
 )
 
 // killNode is the node the demo kills: node 3 of 5, index 2.
 const killNode = 2
 
-// backends are the values -backend accepts; "auto" lets cluster.Start
-// choose ($REDLOCK_BACKEND, else docker when an engine answers, else
-// process).
+// backends are the values -backend accepts; see clusterBackend for
+// "auto".
 const backends = "auto|process|docker|compose"
 
 // demoConfig is the demo's command line.
@@ -30,12 +32,20 @@ type demoConfig struct {
 	hold     time.Duration // work done under each lock
 }
 
-// clusterBackend is the cluster.Options.Backend for cfg.backend.
-func (cfg demoConfig) clusterBackend() string {
-	if cfg.backend == "auto" {
-		return ""
+// clusterBackend is the cluster.Options.Backend for cfg.backend. "auto"
+// means $REDLOCK_BACKEND if set, else the docker-compose cluster when a
+// Docker engine answers (the same five masters `make up` starts), else
+// local redis-server processes.
+func (cfg demoConfig) clusterBackend(ctx context.Context) string {
+	switch {
+	case cfg.backend != "auto":
+		return cfg.backend
+	case os.Getenv("REDLOCK_BACKEND") != "":
+		return os.Getenv("REDLOCK_BACKEND")
+	case cluster.DockerAvailable(ctx):
+		return "compose"
 	}
-	return cfg.backend
+	return "process"
 }
 
 // retry is the workers' retry strategy: exponential backoff with full
@@ -79,7 +89,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.backend, "backend", "auto", "where the nodes run: "+backends+
-		"\n(auto: $REDLOCK_BACKEND, else docker if an engine answers, else process;\ncompose: the repository's docker-compose.yml on ports 7001-7005)")
+		"\n(auto: $REDLOCK_BACKEND, else compose if a Docker engine answers, else process;\ncompose: the repository's docker-compose.yml on ports 7001-7005)")
 	fs.IntVar(&cfg.workers, "workers", 4, "contending workers, each with its own client")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long the workers contend")
 	fs.DurationVar(&cfg.killAt, "kill-at", 4*time.Second, "when to kill node 3 (SIGKILL / docker kill); 0 = never")
