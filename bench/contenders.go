@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// worker is one goroutine's handle on a contender: Lock takes a key with
+// the contender's normal retrying Lock, Unlock releases what Lock took.
+// A worker is used by one goroutine only, so it can keep the held lock in a
+// field instead of allocating a handle per cycle.
+type worker interface {
+	Lock(ctx context.Context, key string) error
+	Unlock(ctx context.Context) error
+}
+
+// contender is one lock client under test.
+type contender struct {
+	id        string // A, B, C, D
+	name      string
+	newWorker func() worker
+	close     func() error
+}
+
+// setup is what every contender shares.
+type setup struct {
+	ttl         time.Duration // lock TTL, 10s
+	pool        int           // MaxIdle = MaxActive per node
+	sockTimeout time.Duration // redigo dial/read/write timeout (node.Options.Timeout default)
+	rawTimeout  time.Duration // per-call deadline of the raw floor (= our default node timeout)
+}
+
+func hostPort(u string) string { return strings.TrimPrefix(u, "redis://") }
+
+// --- A: this library -------------------------------------------------------
+
+type ourWorker struct {
+	c *redlock.Client
+	l *redlock.Lock
+}
+
+func (w *ourWorker) Lock(ctx context.Context, key string) error {
+	l, err := w.c.Lock(ctx, key)
+	w.l = l
+	return err
+}
+
+func (w *ourWorker) Unlock(ctx context.Context) error {
+	err := w.l.Unlock(ctx)
+	w.l = nil
+	return err
+}
+
+func newOurs(urls []string, s setup) (*contender, error) {
+	c, err := redlock.Dial(urls,
+		redlock.WithTTL(s.ttl),
+		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout}))
+	if err != nil {
+		return nil, err
+	}
+	return &contender{
+		id: "A", name: "quorumlock/redlock",
+		newWorker: func() worker { return &ourWorker{c: c} },
+		close:     c.Close,
+	}, nil
+}
+
+// --- B, C: go-redsync with its redigo driver -------------------------------
+
+// redigoPool is the pool every redigo-based contender uses: the same sizes
+// and socket timeouts as node.Redis builds for A.
+func redigoPool(addr string, s setup) *redis.Pool {
+	return &redis.Pool{
+		MaxIdle:     s.pool,
+		MaxActive:   s.pool,
+		IdleTimeout: 5 * time.Minute,
+		Wait:        true,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr,
+				redis.DialConnectTimeout(s.sockTimeout),
+				redis.DialReadTimeout(s.sockTimeout),
+				redis.DialWriteTimeout(s.sockTimeout))
+		},
+	}
+}
+
+var errNotUnlocked = errors.New("redsync: unlock did not reach a quorum")
+
+type redsyncWorker struct {
+	rs   *redsync.Redsync
+	opts []redsync.Option
+	m    *redsync.Mutex
+}
+
+func (w *redsyncWorker) Lock(ctx context.Context, key string) error {
+	m := w.rs.NewMutex(key, w.opts...)
+	if err := m.LockContext(ctx); err != nil {
+		return err
+	}
+	w.m = m
+	return nil
+}
+
+func (w *redsyncWorker) Unlock(ctx context.Context) error {
+	ok, err := w.m.UnlockContext(ctx)
+	w.m = nil
+	if err == nil && !ok {
+		err = errNotUnlocked
+	}
+	return err
+}
+
+func newRedsync(urls []string, s setup, failFast bool) *contender {
+	pools := make([]*redis.Pool, len(urls))
+	rp := make([]rsredis.Pool, len(urls))
+	for i, u := range urls {
+		pools[i] = redigoPool(hostPort(u), s)
+		rp[i] = rsredigo.NewPool(pools[i])
+	}
+	rs := redsync.New(rp...)
+	// Default options except the TTL (redsync's default expiry is 8s).
+	opts := []redsync.Option{redsync.WithExpiry(s.ttl)}
+	id, name := "B", "go-redsync (default)"
+	if failFast {
+		opts = append(opts, redsync.WithFailFast(true))
+		id, name = "C", "go-redsync (WithFailFast)"
+	}
+	return &contender{
+		id: id, name: name,
+		newWorker: func() worker { return &redsyncWorker{rs: rs, opts: opts} },
+		close:     func() error { return closePools(pools) },
+	}
+}
+
+func closePools(pools []*redis.Pool) error {
+	var errs []error
+	for _, p := range pools {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// --- D: the raw floor ------------------------------------------------------
+
+const releaseSrc = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end`
+
+var releaseSHA = redis.NewScript(1, releaseSrc).Hash()
+
+// raw is the least a Redlock client can do: SET NX PX to every node in
+// parallel, return at a majority; compare-and-delete by EVALSHA in
+// parallel, return at a majority; one context and one deadline per
+// fan-out, DoWithTimeout per call. Calls still running when the majority
+// is in finish in the background within the deadline. It checks validity
+// (TTL - elapsed - drift) like a real client, rolls back a failed attempt
+// and retries with the same backoff as A's default (full jitter, 10ms to
+// 500ms, 32 attempts), but does no late clean-up and keeps no per-node
+// report.
+type raw struct {
+	pools   []*redis.Pool
+	quorum  int
+	timeout time.Duration
+	ttl     time.Duration
+	ttlMS   int64
+	bg      sync.WaitGroup
+}
+
+type fan struct {
+	ch     chan bool
+	left   atomic.Int32
+	cancel context.CancelFunc
+}
+
+func newRaw(urls []string, s setup) (*contender, error) {
+	r := &raw{quorum: len(urls)/2 + 1, timeout: s.rawTimeout, ttl: s.ttl, ttlMS: s.ttl.Milliseconds()}
+	// No network here (a node may be blackholed): the script is loaded
+	// once per node by the harness, and EVAL stands in on NOSCRIPT.
+	for _, u := range urls {
+		r.pools = append(r.pools, redigoPool(hostPort(u), s))
+	}
+	return &contender{
+		id: "D", name: "raw floor (redigo)",
+		newWorker: func() worker { return &rawWorker{r: r} },
+		close: func() error {
+			r.bg.Wait()
+			return closePools(r.pools)
+		},
+	}, nil
+}
+
+func (r *raw) fanout(release bool, key, token string) int {
+	n := len(r.pools)
+	f := &fan{ch: make(chan bool, n)}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	f.cancel = cancel
+	f.left.Store(int32(n))
+	r.bg.Add(n)
+	for i := range r.pools {
+		go r.call(ctx, f, i, release, key, token)
+	}
+	ok, bad := 0, 0
+	for ok < r.quorum && bad <= n-r.quorum {
+		if <-f.ch {
+			ok++
+		} else {
+			bad++
+		}
+	}
+	return ok
+}
+
+func (r *raw) call(ctx context.Context, f *fan, i int, release bool, key, token string) {
+	defer r.bg.Done()
+	ok := r.one(ctx, i, release, key, token)
+	if f.left.Add(-1) == 0 {
+		f.cancel()
+	}
+	f.ch <- ok
+}
+
+func (r *raw) one(ctx context.Context, i int, release bool, key, token string) bool {
+	conn, err := r.pools[i].GetContext(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	dl, _ := ctx.Deadline()
+	left := time.Until(dl)
+	if left <= 0 {
+		return false
+	}
+	if !release {
+		v, err := redis.DoWithTimeout(conn, left, "SET", key, token, "NX", "PX", r.ttlMS)
+		return err == nil && v == "OK"
+	}
+	v, err := redis.DoWithTimeout(conn, left, "EVALSHA", releaseSHA, 1, key, token)
+	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT") {
+		v, err = redis.DoWithTimeout(conn, time.Until(dl), "EVAL", releaseSrc, 1, key, token)
+	}
+	return err == nil && v == int64(1)
+}
+
+type rawWorker struct {
+	r          *raw
+	key, token string
+}
+
+var errRawNotAcquired = errors.New("raw: lock not acquired")
+
+func (w *rawWorker) Lock(ctx context.Context, key string) error {
+	r := w.r
+	for attempt := 1; ; attempt++ {
+		token := newToken()
+		start := time.Now()
+		ok := r.fanout(false, key, token)
+		validity := r.ttl - time.Since(start) - (r.ttl/100 + 2*time.Millisecond)
+		if ok >= r.quorum && validity > 0 {
+			w.key, w.token = key, token
+			return nil
+		}
+		r.fanout(true, key, token) // roll back
+		if attempt >= 32 {
+			return errRawNotAcquired
+		}
+		ceil := min(10*time.Millisecond<<(attempt-1), 500*time.Millisecond)
+		t := time.NewTimer(time.Duration(mrand.Int64N(int64(ceil) + 1)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+var errRawNotReleased = errors.New("raw: unlock did not reach a quorum")
+
+func (w *rawWorker) Unlock(ctx context.Context) error {
+	if w.r.fanout(true, w.key, w.token) < w.r.quorum {
+		return errRawNotReleased
+	}
+	return nil
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
