@@ -8,8 +8,8 @@
 //
 // Calls still running when Wait returns are not cancelled: each finishes in
 // its own goroutine within the deadline of the context it was given, and its
-// reply stays in the Round for Rest, so that whoever must clean up after a
-// late SET (a rollback, an unlock) sees it.
+// reply stays in the Round for Rest and Await, so that whoever must clean up
+// after a late SET (a rollback, an unlock) sees it.
 package quorum
 
 import (
@@ -43,12 +43,21 @@ func (r Reply) Answered() bool { return r.Status != node.Unknown || r.Err != nil
 // Call runs one operation on node i. It must return within ctx's deadline.
 type Call func(ctx context.Context, i int, n node.Node) (node.Status, error)
 
-// Round is one call fanned out to every node. Wait and Rest must be called
-// from one goroutine, Wait before Rest.
+// Round is one call fanned out to every node. Wait, WaitAll and
+// Rest must be called from one goroutine (the owner), Wait before Rest.
+// Await may be called from any goroutine.
 type Round struct {
 	// Replies holds, by node index, the replies Wait received. A node that
 	// had not answered when Wait returned has Status Unknown and Err nil.
+	// Only the owner's calls write it.
 	Replies []Reply
+
+	// landed holds every reply as its call returns, for Await; mu guards
+	// it and landedAt, cond signals a new entry.
+	mu       sync.Mutex
+	cond     sync.Cond
+	landed   []Reply
+	landedAt []bool
 
 	ch      chan Reply
 	got     int
@@ -68,13 +77,19 @@ type Round struct {
 // wg, if not nil, counts the goroutines Start and Rest run, so an owner can
 // wait for every call to end (e.g. on Close).
 func Start(ctx context.Context, clk clock.Clock, wg *sync.WaitGroup, nodes []node.Node, timeout time.Duration, call Call) *Round {
+	// One backing array for both views of the replies: fewer allocations
+	// on the hot path.
+	buf := make([]Reply, 2*len(nodes))
 	r := &Round{
-		Replies: make([]Reply, len(nodes)),
-		ch:      make(chan Reply, len(nodes)),
-		start:   clk.Now(),
-		clk:     clk,
-		wg:      wg,
+		Replies:  buf[:len(nodes):len(nodes)],
+		landed:   buf[len(nodes):],
+		landedAt: make([]bool, len(nodes)),
+		ch:       make(chan Reply, len(nodes)),
+		start:    clk.Now(),
+		clk:      clk,
+		wg:       wg,
 	}
+	r.cond.L = &r.mu
 	for i, n := range nodes {
 		// Unanswered entries still name their node.
 		r.Replies[i] = Reply{Node: i, Addr: n.Addr()}
@@ -110,8 +125,33 @@ func (r *Round) run(ctx context.Context, i int, n node.Node, call Call) {
 	if r.running.Add(-1) == 0 {
 		r.cancel()
 	}
+	rep := Reply{Node: i, Addr: n.Addr(), Status: st, Err: err, Latency: r.clk.Since(r.start)}
+	r.mu.Lock()
+	r.landed[i], r.landedAt[i] = rep, true
+	r.mu.Unlock()
+	r.cond.Broadcast()
 	// ch has room for every node, so this never blocks.
-	r.ch <- Reply{Node: i, Addr: n.Addr(), Status: st, Err: err, Latency: r.clk.Since(r.start)}
+	r.ch <- rep
+}
+
+// Await returns node i's reply, waiting for its call to return if it has
+// not yet (each call is bounded by the round's timeout). It may be called
+// from any goroutine, before or after Wait, and does not change Replies.
+// Late is never set on what it returns.
+func (r *Round) Await(i int) Reply {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for !r.landedAt[i] {
+		r.cond.Wait()
+	}
+	return r.landed[i]
+}
+
+// Landed reports whether node i's call has returned, without waiting.
+func (r *Round) Landed(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.landedAt[i]
 }
 
 // Tally is the count of replies when Wait returned.
@@ -163,21 +203,6 @@ func (t *Tally) count(rep Reply) {
 	case rep.Status != node.Unknown:
 		t.Other++
 	}
-}
-
-// Collect receives, without blocking, every reply that has already
-// arrived, and reports whether any call is still running.
-func (r *Round) Collect() (pending bool) {
-	for r.got < len(r.Replies) {
-		select {
-		case rep := <-r.ch:
-			r.got++
-			r.Replies[rep.Node] = rep
-		default:
-			return true
-		}
-	}
-	return false
 }
 
 // WaitAll receives every reply, however long the calls take (each is

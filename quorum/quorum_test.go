@@ -579,3 +579,36 @@ func TestNoNodes(t *testing.T) {
 	wg.Wait()
 	assert.Empty(t, r.Replies)
 }
+
+// TestAwait: Await from another goroutine waits for one node's call and
+// returns its reply, before or after Wait, without touching Replies.
+func TestAwait(t *testing.T) {
+	nodes := fakeNodes(3)
+	g := newGate()
+	r := quorum.Start(context.Background(), clock.Real{}, nil, nodes, time.Second,
+		func(ctx context.Context, i int, _ node.Node) (node.Status, error) {
+			if i == 2 {
+				<-g.wait()
+				return node.Taken, nil
+			}
+			return node.Done, nil
+		})
+	tally := r.Wait(nil, 2)
+	require.True(t, tally.Reached)
+	assert.True(t, r.Landed(0))
+	assert.Equal(t, node.Done, r.Await(0).Status)
+
+	got := make(chan quorum.Reply, 1)
+	go func() { got <- r.Await(2) }()
+	notYet(t, got, 30*time.Millisecond, "Await(2) before node 2 returned")
+	assert.False(t, r.Landed(2))
+	g.open()
+	rep := recv(t, got, "Await(2)")
+	assert.Equal(t, node.Taken, rep.Status)
+	assert.Equal(t, 2, rep.Node)
+	assert.False(t, rep.Late)
+	assert.True(t, r.Landed(2))
+	assert.False(t, r.Replies[2].Answered(), "Await does not write Replies")
+	r.WaitAll()
+	assert.Equal(t, node.Taken, r.Replies[2].Status)
+}

@@ -103,7 +103,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	key, token := l.key, l.token
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
-		func(ctx context.Context, _ int, n node.Node) (node.Status, error) {
+		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
+			ctx, cancel := l.afterAcquire(ctx, i)
+			defer cancel()
 			return n.Extend(ctx, key, token, ttl)
 		})
 	t := r.Wait(ctx.Done(), c.quorum)
@@ -146,19 +148,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.released = true
 	c := l.c
 	key, token := l.key, l.token
-	bg := context.WithoutCancel(ctx)
-	// A node whose SET is still in flight could apply it after a release
-	// sent now; such nodes are released once their reply lands instead
-	// (one release per node either way).
-	acq := l.acq
-	if acq.Collect() {
-		acq.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, key, token, l.timeout) })
-	}
-	r := quorum.Start(bg, c.clk, &c.bg, c.nodes, l.timeout,
+	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			if !acq.Replies[i].Answered() {
-				return node.Unknown, nil
-			}
+			ctx, cancel := l.afterAcquire(ctx, i)
+			defer cancel()
 			return n.Release(ctx, key, token)
 		})
 	t := r.Wait(ctx.Done(), c.quorum)
@@ -173,6 +166,21 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		qe.sentinel = ErrNotHeld
 	}
 	return qe
+}
+
+// afterAcquire waits until node i has answered the acquire (a call bounded
+// by the node timeout, so this wait is too), so that an Extend or Unlock
+// sent right after a quorum-return acquire reaches the node after its SET
+// and is counted like any other node: a release sent while the SET is in
+// flight could be overtaken by it and leave the key behind for a TTL. If
+// it had to wait, the node's call gets a fresh node timeout of its own
+// rather than what the wait left of the round's.
+func (l *Lock) afterAcquire(ctx context.Context, i int) (context.Context, context.CancelFunc) {
+	if l.acq.Landed(i) {
+		return ctx, func() {}
+	}
+	l.acq.Await(i)
+	return context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 }
 
 func (l *Lock) notHeld(op, why string) error {

@@ -364,6 +364,43 @@ func TestUnlock(t *testing.T) {
 	require.NoError(t, l2.Unlock(ctx))
 }
 
+// TestUnlockCountsNodesStillAcquiring: Unlock right after a quorum-return
+// acquire, while two nodes' SETs are still in flight and one of the three
+// that granted fails to release. Those two nodes are released once their
+// SET lands and counted, so Unlock reports success, not "outcome unknown".
+func TestUnlockCountsNodesStillAcquiring(t *testing.T) {
+	ctx := context.Background()
+	fakes, _, c := setup(t, 5)
+	slow := make(chan struct{})
+	for _, i := range []int{3, 4} {
+		fakes[i].setBefore(gate("acquire", slow))
+	}
+	fakes[2].setBefore(failOn("release"))
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, 3, holders(fakes, "k", l.Token()), "decided at quorum, before nodes 3 and 4 answered")
+
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	select {
+	case err := <-unlocked:
+		t.Fatalf("Unlock returned before nodes 3 and 4 answered the acquire: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(slow)
+	select {
+	case err = <-unlocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Unlock did not return")
+	}
+	require.NoError(t, err)
+	for _, i := range []int{0, 1, 3, 4} {
+		assert.Empty(t, fakes[i].token("k"), "node %d released", i)
+		assert.Equal(t, 1, fakes[i].count("release"), "node %d released once", i)
+	}
+	assert.Equal(t, l.Token(), fakes[2].token("k"), "node 2 failed to release; its key expires")
+}
+
 func TestTwoClientsExclude(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
