@@ -4,7 +4,8 @@
 #               masters: Docker containers when an engine answers, else local
 #               redis-server processes (REDLOCK_BACKEND=docker|process).
 #   make demo   contending workers on five local nodes, one killed midway.
-#   make bench  lock+unlock benchmarks on five local nodes.
+#   make bench  side-by-side benchmark vs go-redsync (bench/, docs/BENCHMARKS.md);
+#               make bench-go: go test -bench of one lock+unlock cycle.
 #   make lint   gofmt + go vet.
 #   make up / make down / make image   the docker-compose cluster (mk/docker.mk).
 
@@ -16,7 +17,7 @@ export TESTCONTAINERS_RYUK_DISABLED = true
 .DEFAULT_GOAL := test
 include mk/docker.mk
 
-.PHONY: test unit integration demo bench lint deps docker-image
+.PHONY: test unit integration demo bench bench-go lint deps
 
 # deps installs what a fresh machine lacks: redis-server (apt, as root) and,
 # when a Docker engine answers, the local Redis image.
@@ -25,22 +26,36 @@ deps:
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory image; \
 	else echo "deps: no Docker engine answers; tests use local redis-server processes"; fi
 
+# Everything but the packages that run Redis clusters of their own.
+UNIT_PKGS = ./clock/... ./node/... ./quorum/... ./redlock/... ./cmd/...
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
+# The integration packages run one at a time (-p 1): each starts and kills
+# Redis containers, and on two cores one package's docker starts stall the
+# other's nodes past their timeouts.
 test: deps lint
-	$(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./...
+	$(GO) test -race -count=1 -timeout 10m $(GOTESTFLAGS) $(UNIT_PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 25m $(GOTESTFLAGS) ./integration/...
 
 unit: lint
-	$(GO) test -race -count=1 ./clock/... ./node/... ./quorum/... ./redlock/...
+	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 integration: deps
-	$(GO) test -race -count=1 -timeout 25m -v $(GOTESTFLAGS) ./integration/...
+	$(GO) test -race -count=1 -p 1 -timeout 25m -v $(GOTESTFLAGS) ./integration/...
 
 demo: deps
 	$(GO) run ./cmd/redlock demo
 
+# The side-by-side benchmark (bench/, its own module): this client, go-redsync
+# and a raw redigo floor, interleaved; writes docs/BENCHMARKS.md.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./integration/...
+	cd bench && $(GO) run . -out ../docs/BENCHMARKS.md
+
+# go test benchmarks of one lock+unlock cycle on five local nodes.
+bench-go: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./integration/

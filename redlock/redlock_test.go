@@ -394,6 +394,8 @@ func TestUnlockCountsNodesStillAcquiring(t *testing.T) {
 		t.Fatal("Unlock did not return")
 	}
 	require.NoError(t, err)
+	// Unlock returned at quorum; Close waits for the last release.
+	require.NoError(t, c.Close())
 	for _, i := range []int{0, 1, 3, 4} {
 		assert.Empty(t, fakes[i].token("k"), "node %d released", i)
 		assert.Equal(t, 1, fakes[i].count("release"), "node %d released once", i)
