@@ -6,6 +6,7 @@
 #   make demo   contending workers on five local nodes, one killed midway.
 #   make bench  side-by-side benchmark vs go-redsync (bench/, docs/BENCHMARKS.md);
 #               make bench-go: go test -bench of one lock+unlock cycle.
+#   make experiments  clock-drift experiments (docs/EXPERIMENTS.md).
 #   make lint   gofmt + go vet.
 #   make up / make down / make image   the docker-compose cluster (mk/docker.mk).
 
@@ -17,7 +18,7 @@ export TESTCONTAINERS_RYUK_DISABLED = true
 .DEFAULT_GOAL := test
 include mk/docker.mk
 
-.PHONY: test unit integration demo bench bench-go lint deps
+.PHONY: test unit integration demo bench bench-go experiments lint deps
 
 # deps installs what a fresh machine lacks: redis-server (apt, as root) and,
 # when a Docker engine answers, the local Redis image.
@@ -55,6 +56,11 @@ demo: deps
 # and a raw redigo floor, interleaved; writes docs/BENCHMARKS.md.
 bench: deps
 	cd bench && $(GO) run . -out ../docs/BENCHMARKS.md
+
+# The clock-drift experiments (bench/drift): docs/EXPERIMENTS-results.md and
+# docs/drift.png; docs/EXPERIMENTS.md explains them.
+experiments: deps
+	cd bench && $(GO) run ./drift -out ../docs
 
 # go test benchmarks of one lock+unlock cycle on five local nodes.
 bench-go: deps
