@@ -20,7 +20,7 @@ func TestSkewEmulation(t *testing.T) {
 	p := prefix(t, 2*time.Second)
 	direct := shared.Direct(0)
 	fast := &skew.Node{Node: direct, Rate: 2}
-	st, err := fast.Acquire(ctx, p+"k", "tok", time.Second)
+	st, err := fast.Acquire(ctx, node.NewKey(p+"k", "tok", time.Second), time.Second)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, st)
 	info, err := direct.Inspect(ctx, p+"k")

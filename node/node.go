@@ -55,6 +55,30 @@ type Info struct {
 	TTL time.Duration
 }
 
+// Key is one lock as every node of a round sees it: the key, the token
+// that owns it, and the TTL it is taken with. A client builds one per lock
+// with NewKey and hands the same *Key to every node; nodes only read it.
+// NewKey also boxes the command arguments once, so that a round over N
+// nodes does not allocate them N times on the hot path.
+type Key struct {
+	Name  string        // the Redis key
+	Token string        // the random value that proves ownership
+	TTL   time.Duration // the TTL Acquire is normally called with
+
+	// Prepared arguments, shared read-only by every call that uses them.
+	set     []any // SET: name, token, "NX", "PX", TTL in ms
+	release []any // EVALSHA: release hash, 1, name, token
+}
+
+// NewKey returns the Key for name owned by token, taken with ttl.
+func NewKey(name, token string, ttl time.Duration) *Key {
+	k := &Key{Name: name, Token: token, TTL: ttl}
+	var n, t any = name, token
+	k.set = []any{n, t, "NX", "PX", ttl.Milliseconds()}
+	k.release = []any{releaseScript.hash, 1, n, t}
+	return k
+}
+
 // Node is one independent Redis master seen as a lock store.
 //
 // Every method is safe for concurrent use and returns within the deadline
@@ -67,17 +91,17 @@ type Node interface {
 	// It never contains credentials.
 	Addr() string
 
-	// Acquire runs SET key token NX PX ttl: Done if the key was set,
-	// Taken if it already existed.
-	Acquire(ctx context.Context, key, token string, ttl time.Duration) (Status, error)
+	// Acquire runs SET k.Name k.Token NX PX ttl: Done if the key was
+	// set, Taken if it already existed. ttl is normally k.TTL.
+	Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error)
 
-	// Extend sets the key's TTL to ttl if it still holds token: Done,
+	// Extend sets the key's TTL to ttl if it still holds k.Token: Done,
 	// Taken (another token) or Absent.
-	Extend(ctx context.Context, key, token string, ttl time.Duration) (Status, error)
+	Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, error)
 
-	// Release deletes the key if it still holds token: Done, Taken or
+	// Release deletes the key if it still holds k.Token: Done, Taken or
 	// Absent.
-	Release(ctx context.Context, key, token string) (Status, error)
+	Release(ctx context.Context, k *Key) (Status, error)
 
 	// Inspect reports the key's token and remaining TTL, for status
 	// displays and tests.

@@ -96,7 +96,7 @@ func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	st, err := r.Acquire(ctx, "k", "tok", time.Second)
+	st, err := r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
 	assert.Equal(t, node.Unknown, st)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "a node timeout must not look like the caller's context ending")
@@ -118,7 +118,7 @@ func TestNotRedis(t *testing.T) {
 	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer r.Close()
-	_, err = r.Release(context.Background(), "k", "tok")
+	_, err = r.Release(context.Background(), node.NewKey("k", "tok", time.Second))
 	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 }
 
@@ -130,7 +130,7 @@ func TestUnreachable(t *testing.T) {
 	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer r.Close()
-	_, err = r.Acquire(context.Background(), "k", "tok", time.Second)
+	_, err = r.Acquire(context.Background(), node.NewKey("k", "tok", time.Second), time.Second)
 	require.ErrorIs(t, err, node.ErrUnreachable, "%v", err)
 }
 
@@ -138,7 +138,7 @@ func TestClosed(t *testing.T) {
 	r, err := node.Dial("redis://127.0.0.1:1", node.Options{})
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
-	_, err = r.Acquire(context.Background(), "k", "tok", time.Second)
+	_, err = r.Acquire(context.Background(), node.NewKey("k", "tok", time.Second), time.Second)
 	require.ErrorIs(t, err, node.ErrClosed)
 }
 

@@ -171,9 +171,14 @@ func (r *Redis) Close() error {
 	return r.pool.Close()
 }
 
-// Acquire runs SET key token NX PX ttl.
-func (r *Redis) Acquire(ctx context.Context, key, token string, ttl time.Duration) (Status, error) {
-	reply, err := r.do(ctx, "acquire", "SET", key, token, "NX", "PX", ttl.Milliseconds())
+// Acquire runs SET key token NX PX ttl, with k's prepared arguments when
+// ttl is k.TTL.
+func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error) {
+	args := k.set
+	if ttl != k.TTL || args == nil {
+		args = []any{k.Name, k.Token, "NX", "PX", ttl.Milliseconds()}
+	}
+	reply, err := r.do(ctx, "acquire", "SET", args...)
 	if err != nil {
 		return Unknown, err
 	}
@@ -187,18 +192,22 @@ func (r *Redis) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // Extend runs extend.lua.
-func (r *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration) (Status, error) {
-	return r.script(ctx, "extend", extendScript, key, token, ttl.Milliseconds())
+func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, error) {
+	return r.script(ctx, "extend", extendScript, []any{extendScript.hash, 1, k.Name, k.Token, ttl.Milliseconds()})
 }
 
-// Release runs release.lua.
-func (r *Redis) Release(ctx context.Context, key, token string) (Status, error) {
-	return r.script(ctx, "release", releaseScript, key, token, nil)
+// Release runs release.lua, with k's prepared arguments.
+func (r *Redis) Release(ctx context.Context, k *Key) (Status, error) {
+	args := k.release
+	if args == nil {
+		args = []any{releaseScript.hash, 1, k.Name, k.Token}
+	}
+	return r.script(ctx, "release", releaseScript, args)
 }
 
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
-	reply, err := r.eval(ctx, "inspect", inspectScript, key, nil, nil)
+	reply, err := r.eval(ctx, "inspect", inspectScript, []any{inspectScript.hash, 1, key})
 	if err != nil {
 		return Info{}, err
 	}
@@ -214,8 +223,8 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	return Info{Token: tok, TTL: time.Duration(pttl) * time.Millisecond}, nil
 }
 
-func (r *Redis) script(ctx context.Context, op string, s *script, key, token string, ttlMS any) (Status, error) {
-	reply, err := r.eval(ctx, op, s, key, token, ttlMS)
+func (r *Redis) script(ctx context.Context, op string, s *script, args []any) (Status, error) {
+	reply, err := r.eval(ctx, op, s, args)
 	if err != nil {
 		return Unknown, err
 	}
@@ -230,30 +239,23 @@ func (r *Redis) script(ctx context.Context, op string, s *script, key, token str
 	return Unknown, r.fail(op, fmt.Errorf("unexpected reply %v", reply))
 }
 
-// eval runs a script by EVALSHA and falls back to EVAL (which also loads
-// it) when the node answers NOSCRIPT, e.g. after a restart. token and ttlMS
-// are left out when nil.
-func (r *Redis) eval(ctx context.Context, op string, s *script, key string, token, ttlMS any) (any, error) {
-	n := 3
-	if token != nil {
-		n++
-	}
-	if ttlMS != nil {
-		n++
-	}
-	args := make([]any, 3, n)
-	args[0], args[1], args[2] = s.hash, 1, key
-	if token != nil {
-		args = append(args, token)
-	}
-	if ttlMS != nil {
-		args = append(args, ttlMS)
-	}
+// eval runs a script by EVALSHA with args (the script's hash first, then
+// numkeys, keys and arguments) and falls back to EVAL (which also loads
+// the script) when the node answers NOSCRIPT, e.g. after a restart. args
+// may be shared with other calls and is never modified.
+func (r *Redis) eval(ctx context.Context, op string, s *script, args []any) (any, error) {
 	reply, err := r.do(ctx, op, "EVALSHA", args...)
+	if err == nil {
+		return reply, nil
+	}
+	// Declared here, not above: errors.As makes it escape, and the happy
+	// path should not pay for that allocation.
 	var rerr *Error
 	if errors.As(err, &rerr) && rerr.Err != nil && strings.HasPrefix(rerr.Err.Error(), "NOSCRIPT") {
-		args[0] = s.src
-		reply, err = r.do(ctx, op, "EVAL", args...)
+		src := make([]any, len(args))
+		copy(src, args)
+		src[0] = s.src
+		reply, err = r.do(ctx, op, "EVAL", src...)
 	}
 	return reply, err
 }

@@ -27,15 +27,15 @@ var _ node.Node = fakeNode{}
 
 func (f fakeNode) Addr() string { return f.addr }
 
-func (fakeNode) Acquire(context.Context, string, string, time.Duration) (node.Status, error) {
+func (fakeNode) Acquire(context.Context, *node.Key, time.Duration) (node.Status, error) {
 	return node.Unknown, errNotUsed
 }
 
-func (fakeNode) Extend(context.Context, string, string, time.Duration) (node.Status, error) {
+func (fakeNode) Extend(context.Context, *node.Key, time.Duration) (node.Status, error) {
 	return node.Unknown, errNotUsed
 }
 
-func (fakeNode) Release(context.Context, string, string) (node.Status, error) {
+func (fakeNode) Release(context.Context, *node.Key) (node.Status, error) {
 	return node.Unknown, errNotUsed
 }
 

@@ -234,19 +234,18 @@ func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
 func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError) {
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.
-	token := newToken()
-	ttl := cfg.ttl
+	k := node.NewKey(key, newToken(), cfg.ttl)
 	// Node calls outlive ctx: their replies decide what to roll back.
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, cfg.timeout(),
 		func(ctx context.Context, _ int, n node.Node) (node.Status, error) {
-			return n.Acquire(ctx, key, token, ttl)
+			return n.Acquire(ctx, k, k.TTL)
 		})
 	t := r.Wait(ctx.Done(), c.quorum)
-	validity := clock.Validity(ttl, r.Elapsed(), cfg.driftFactor)
+	validity := clock.Validity(k.TTL, r.Elapsed(), cfg.driftFactor)
 	if t.Reached && validity > 0 && ctx.Err() == nil {
-		return &Lock{c: c, key: key, token: token, until: r.Started().Add(validity), acq: r, drift: cfg.driftFactor, timeout: cfg.timeout()}, nil
+		return &Lock{c: c, k: k, until: r.Started().Add(validity), acq: r, drift: cfg.driftFactor, timeout: cfg.timeout()}, nil
 	}
-	c.rollback(ctx, r, key, token, cfg.timeout())
+	c.rollback(ctx, r, k, cfg.timeout())
 	qe := newQuorumError("acquire", key, c.quorum, r, ErrNotAcquired, context.Cause(ctx))
 	if ctx.Err() == nil {
 		qe.ctxErr = nil
@@ -266,7 +265,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *
 // answered Taken are skipped: SET NX's nil reply proves the key was not
 // set. The caller's context may be cancelled, so releases run on a context
 // that is not.
-func (c *Client) rollback(ctx context.Context, r *quorum.Round, key, token string, timeout time.Duration) {
+func (c *Client) rollback(ctx context.Context, r *quorum.Round, k *node.Key, timeout time.Duration) {
 	bg := context.WithoutCancel(ctx)
 	replies := r.Replies
 	var done, failed, pending bool
@@ -285,7 +284,7 @@ func (c *Client) rollback(ctx context.Context, r *quorum.Round, key, token strin
 			if !want(replies[i]) {
 				return node.Unknown, nil
 			}
-			return n.Release(ctx, key, token)
+			return n.Release(ctx, k)
 		})
 	}
 	if failed {
@@ -295,21 +294,21 @@ func (c *Client) rollback(ctx context.Context, r *quorum.Round, key, token strin
 		release(func(rep quorum.Reply) bool { return rep.Status == node.Done }).WaitAll()
 	}
 	if pending {
-		r.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, key, token, timeout) })
+		r.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, k, timeout) })
 	}
 }
 
 // releaseLate releases token on the node of a reply that arrived after its
 // round was decided, unless the node said the key was not ours.
-func (c *Client) releaseLate(ctx context.Context, rep quorum.Reply, key, token string, timeout time.Duration) {
+func (c *Client) releaseLate(ctx context.Context, rep quorum.Reply, k *node.Key, timeout time.Duration) {
 	if rep.Status == node.Taken || rep.Status == node.Absent {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := c.nodes[rep.Node].Release(ctx, key, token)
+	st, err := c.nodes[rep.Node].Release(ctx, k)
 	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.Debug("redlock: released after late reply", "key", key, "node", rep.Node, "late_status", rep.Status, "status", st, "err", err)
+		c.log.Debug("redlock: released after late reply", "key", k.Name, "node", rep.Node, "late_status", rep.Status, "status", st, "err", err)
 	}
 }
 

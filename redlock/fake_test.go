@@ -100,7 +100,8 @@ func (f *fakeNode) count(op string) int {
 func (f *fakeNode) Addr() string { return f.addr }
 func (f *fakeNode) Close() error { return nil }
 
-func (f *fakeNode) Acquire(ctx context.Context, key, token string, ttl time.Duration) (node.Status, error) {
+func (f *fakeNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "acquire"); err != nil {
 		return node.Unknown, err
 	}
@@ -113,7 +114,8 @@ func (f *fakeNode) Acquire(ctx context.Context, key, token string, ttl time.Dura
 	return node.Done, nil
 }
 
-func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Duration) (node.Status, error) {
+func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "extend"); err != nil {
 		return node.Unknown, err
 	}
@@ -130,7 +132,8 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	return node.Done, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, key, token string) (node.Status, error) {
+func (f *fakeNode) Release(ctx context.Context, k *node.Key) (node.Status, error) {
+	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "release"); err != nil {
 		return node.Unknown, err
 	}

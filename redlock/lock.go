@@ -16,8 +16,7 @@ import (
 // zero values and never panic.
 type Lock struct {
 	c       *Client
-	key     string
-	token   string
+	k       *node.Key // key, token and prepared arguments
 	drift   float64
 	timeout time.Duration
 
@@ -32,7 +31,7 @@ func (l *Lock) Key() string {
 	if l == nil {
 		return ""
 	}
-	return l.key
+	return l.k.Name
 }
 
 // Token returns the random value stored under the key on the nodes (32
@@ -42,7 +41,7 @@ func (l *Lock) Token() string {
 	if l == nil {
 		return ""
 	}
-	return l.token
+	return l.k.Token
 }
 
 // Until returns the end of the validity window: the lock is exclusive
@@ -100,13 +99,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.left() <= 0 {
 		return l.notHeld("extend", "validity ran out")
 	}
-	c := l.c
-	key, token := l.key, l.token
+	c, k := l.c, l.k
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
 			ctx, cancel := l.afterAcquire(ctx, i)
 			defer cancel()
-			return n.Extend(ctx, key, token, ttl)
+			return n.Extend(ctx, k, ttl)
 		})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
@@ -120,7 +118,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if newUntil.Before(l.until) {
 		l.until = newUntil
 	}
-	qe := newQuorumError("extend", key, c.quorum, r, nil, ctx.Err())
+	qe := newQuorumError("extend", k.Name, c.quorum, r, nil, ctx.Err())
 	qe.Validity = validity
 	if !inTime || t.Other-t.Failed > len(c.nodes)-c.quorum {
 		qe.sentinel = ErrNotHeld
@@ -146,13 +144,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	expired := l.left() <= 0
 	l.released = true
-	c := l.c
-	key, token := l.key, l.token
+	c, k := l.c, l.k
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
 			ctx, cancel := l.afterAcquire(ctx, i)
 			defer cancel()
-			return n.Release(ctx, key, token)
+			return n.Release(ctx, k)
 		})
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
@@ -161,7 +158,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	case t.Reached:
 		return nil
 	}
-	qe := newQuorumError("unlock", key, c.quorum, r, nil, ctx.Err())
+	qe := newQuorumError("unlock", k.Name, c.quorum, r, nil, ctx.Err())
 	if t.Other-t.Failed > len(c.nodes)-c.quorum {
 		qe.sentinel = ErrNotHeld
 	}
@@ -184,5 +181,5 @@ func (l *Lock) afterAcquire(ctx context.Context, i int) (context.Context, contex
 }
 
 func (l *Lock) notHeld(op, why string) error {
-	return fmt.Errorf("redlock: %s %q: %s: %w", op, l.key, why, ErrNotHeld)
+	return fmt.Errorf("redlock: %s %q: %s: %w", op, l.k.Name, why, ErrNotHeld)
 }

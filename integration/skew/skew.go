@@ -46,13 +46,13 @@ func (n *Node) scale(ttl time.Duration) time.Duration {
 }
 
 // Acquire sets the key with the scaled TTL.
-func (n *Node) Acquire(ctx context.Context, key, token string, ttl time.Duration) (node.Status, error) {
-	return n.Node.Acquire(ctx, key, token, n.scale(ttl))
+func (n *Node) Acquire(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+	return n.Node.Acquire(ctx, k, n.scale(ttl))
 }
 
 // Extend re-sets the key's TTL, scaled.
-func (n *Node) Extend(ctx context.Context, key, token string, ttl time.Duration) (node.Status, error) {
-	return n.Node.Extend(ctx, key, token, n.scale(ttl))
+func (n *Node) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+	return n.Node.Extend(ctx, k, n.scale(ttl))
 }
 
 // Commander is the part of node.Redis Jump needs.
@@ -114,17 +114,17 @@ func (c Cut) fail(op string) error {
 func (c Cut) Addr() string { return c.Address }
 
 // Acquire fails.
-func (c Cut) Acquire(context.Context, string, string, time.Duration) (node.Status, error) {
+func (c Cut) Acquire(context.Context, *node.Key, time.Duration) (node.Status, error) {
 	return node.Unknown, c.fail("acquire")
 }
 
 // Extend fails.
-func (c Cut) Extend(context.Context, string, string, time.Duration) (node.Status, error) {
+func (c Cut) Extend(context.Context, *node.Key, time.Duration) (node.Status, error) {
 	return node.Unknown, c.fail("extend")
 }
 
 // Release fails.
-func (c Cut) Release(context.Context, string, string) (node.Status, error) {
+func (c Cut) Release(context.Context, *node.Key) (node.Status, error) {
 	return node.Unknown, c.fail("release")
 }
 
