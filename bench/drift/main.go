@@ -2,7 +2,7 @@
 // when does Redlock's mutual exclusion hold, and when does it break, if
 // one node's clock runs fast, jumps forward, or the client pauses?
 //
-//	cd bench && go run ./drift -out ../docs        # full run, ~10 minutes
+//	cd bench && go run ./drift -out ../docs        # full run, ~12 minutes
 //	cd bench && go run ./drift -quick              # smoke run, ~1 minute
 //
 // Node clocks are emulated, not skewed: Debian's redis-server is linked
@@ -71,6 +71,7 @@ type params struct {
 	cell    time.Duration // per sweep cell
 	ttls    []time.Duration
 	openTTL time.Duration
+	slowTTL time.Duration // the slow-client experiment
 	rhos    []float64
 	drifts  []float64
 	reps    int // repetitions of the jump and pause experiments
@@ -86,6 +87,7 @@ func main() {
 		cell:    10 * time.Second,
 		ttls:    []time.Duration{200 * time.Millisecond, time.Second},
 		openTTL: 200 * time.Millisecond,
+		slowTTL: 500 * time.Millisecond,
 		rhos:    []float64{0, 0.005, 0.01, 0.02, 0.05, 0.10},
 		drifts:  []float64{0, 0.01, 0.05},
 		reps:    5,
@@ -140,6 +142,19 @@ func run(ctx context.Context, p params, outDir string, args []string) error {
 			}
 		}
 	}
+	for _, drift := range []float64{0.01, 0.05} {
+		for _, slow := range p.rhos {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r, err := e.cellWith(ctx, open, p.slowTTL, 0, drift, slow)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "drift: %s\n", r.line())
+			sweep = append(sweep, r)
+		}
+	}
 	jumps, err := e.jumps(ctx)
 	if err != nil {
 		return err
@@ -186,6 +201,12 @@ func (e *exp) key(what string) string {
 // its own; node fastNode runs at rate 1+rho for all of them. close ends
 // the clients and their pools.
 func (e *exp) clients(g geometry, rho float64, opts ...redlock.Option) (cs []*redlock.Client, close func(), err error) {
+	return e.clientsWith(g, rho, nil, opts...)
+}
+
+// clientsWith is clients with extra options for client c from perClient
+// (nil: none).
+func (e *exp) clientsWith(g geometry, rho float64, perClient func(c int) []redlock.Option, opts ...redlock.Option) (cs []*redlock.Client, close func(), err error) {
 	var pools []*node.Redis
 	close = func() {
 		for _, c := range cs {
@@ -214,7 +235,11 @@ func (e *exp) clients(g geometry, rho float64, opts ...redlock.Option) (cs []*re
 				ns[i] = &skew.Node{Node: r, Rate: 1 + rho}
 			}
 		}
-		cl, err := redlock.New(ns, opts...)
+		all := opts
+		if perClient != nil {
+			all = append(append([]redlock.Option(nil), opts...), perClient(c)...)
+		}
+		cl, err := redlock.New(ns, all...)
 		if err != nil {
 			close()
 			return nil, nil, err
@@ -252,12 +277,38 @@ func predicted(ttl time.Duration, rho, drift float64) bool {
 	return early > time.Duration(float64(ttl)*drift)+2*time.Millisecond
 }
 
+// slowPredicted is the worst case for a client clock running at 1−s: the
+// holder believes in validity/(1−s) of real time while every node expires
+// the key after ttl. With the acquisition time left out, an overlap is
+// possible when (ttl − ttl·f − 2 ms)/(1−s) > ttl.
+func slowPredicted(ttl time.Duration, s, drift float64) bool {
+	v := float64(ttl) - float64(ttl)*drift - float64(2*time.Millisecond)
+	return v/(1-s) > float64(ttl)
+}
+
 // cell runs the clients of g against one key for p.cell. Each holder
 // keeps the lock for its whole validity (the most a correct client may
 // do) and records the window [Lock returned, Until()]; then it unlocks.
 func (e *exp) cell(ctx context.Context, g geometry, ttl time.Duration, rho, drift float64) (cellResult, error) {
+	return e.cellWith(ctx, g, ttl, rho, drift, -1)
+}
+
+// cellWith is cell where, if slow >= 0, client 0's own monotonic clock
+// runs at rate 1−slow (a slow client clock; the slow-client experiment).
+func (e *exp) cellWith(ctx context.Context, g geometry, ttl time.Duration, rho, drift, slow float64) (cellResult, error) {
 	timeout := min(50*time.Millisecond, ttl/4)
-	cs, closeAll, err := e.clients(g, rho,
+	var slowClk *scaledClock
+	perClient := func(c int) []redlock.Option { return nil }
+	if slow >= 0 {
+		slowClk = newScaledClock(1 - slow)
+		perClient = func(c int) []redlock.Option {
+			if c == 0 {
+				return []redlock.Option{redlock.WithClock(slowClk)}
+			}
+			return nil
+		}
+	}
+	cs, closeAll, err := e.clientsWith(g, rho, perClient,
 		redlock.WithTTL(ttl), redlock.WithDriftFactor(drift), redlock.WithNodeTimeout(timeout),
 		// Tight, jittered retries: a waiting client pounces as soon as a
 		// majority is free, which is what exposes an early expiry.
@@ -282,6 +333,12 @@ func (e *exp) cell(ctx context.Context, g geometry, ttl time.Duration, rho, drif
 				}
 				acquired := time.Now()
 				until := l.Until()
+				if w == 0 && slowClk != nil {
+					// Until is on the client's own clock: the holder
+					// believes it holds the lock until that clock
+					// reads it, which is later in real time.
+					until = slowClk.real(until)
+				}
 				time.Sleep(time.Until(until))
 				chk.Record(checker.Window{Holder: w, Key: key, Token: l.Token(), Acquired: acquired, End: until})
 				uctx, ucancel := context.WithTimeout(context.Background(), ttl)
@@ -293,6 +350,11 @@ func (e *exp) cell(ctx context.Context, g geometry, ttl time.Duration, rho, drif
 	wg.Wait()
 	dur := time.Since(start)
 	r := cellResult{geom: g.name, ttl: ttl, rho: rho, drift: drift, dur: dur, predicted: predicted(ttl, rho, drift)}
+	if slow >= 0 {
+		// A client clock slow by s stretches the holder's validity by
+		// 1/(1−s) in real time, against honest expiry on every node.
+		r.geom, r.rho, r.predicted = "slow-client", slow, slowPredicted(ttl, slow, drift)
+	}
 	ws := chk.Windows()
 	r.grants = len(ws)
 	bad := map[string]bool{}
@@ -500,4 +562,32 @@ func (e *exp) pauseOnce(ctx context.Context, ttl time.Duration, checked bool) (u
 	}
 	unsafe = !wrote.IsZero() && wrote.After(g.from) && wrote.Before(g.to)
 	return unsafe, notHeld, e.settle(ctx, key, ttl)
+}
+
+// scaledClock is a client clock running at rate times real time (rate <
+// 1: slow), for the slow-client experiment. It implements clock.Clock;
+// its readings carry the monotonic clock, scaled.
+type scaledClock struct {
+	origin time.Time
+	rate   float64
+}
+
+func newScaledClock(rate float64) *scaledClock { return &scaledClock{origin: time.Now(), rate: rate} }
+
+// Now returns origin + rate × (real time since origin).
+func (c *scaledClock) Now() time.Time {
+	return c.origin.Add(time.Duration(float64(time.Since(c.origin)) * c.rate))
+}
+
+// Since returns the time since t on this clock.
+func (c *scaledClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// After fires once d has passed on this clock.
+func (c *scaledClock) After(d time.Duration) <-chan time.Time {
+	return time.After(time.Duration(float64(d) / c.rate))
+}
+
+// real converts a reading of this clock to real time.
+func (c *scaledClock) real(t time.Time) time.Time {
+	return c.origin.Add(time.Duration(float64(t.Sub(c.origin)) / c.rate))
 }

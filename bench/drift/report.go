@@ -33,7 +33,8 @@ func (r report) write(w io.Writer) {
 
 	f("## Sweep: one node of five with a fast clock\n\n")
 	f("Each cell runs %v. Holders keep the lock for their **whole validity** (the most a correct client may do) and record the window [Lock returned, Until()]; a waiting client retries every 1-4 ms. *overlapping* = grants whose window intersects another client's (checked by integration/checker). *held* = share of the run covered by some window. *theory* = whether the worst case allows an overlap: ttl·ρ/(1+ρ) > ttl·f + 2 ms.\n\n", r.p.cell)
-	geoms := map[string]string{"split": split.doc, "open": open.doc}
+	geoms := map[string]string{"split": split.doc, "open": open.doc,
+		"slow-client": "3 clients reaching all 5 nodes, all node clocks honest; **client 0's own monotonic clock runs slow by ρ** (a clock.Clock injected with WithClock), so it believes in its validity for longer than it lasts"}
 	var lastKey string
 	for _, c := range r.sweep {
 		key := fmt.Sprintf("%s/%v", c.geom, c.ttl)
@@ -95,6 +96,9 @@ func plotSweep(sweep []cellResult, p params, file string) error {
 		pl := plot.New()
 		pl.Title.Text = fmt.Sprintf("%s geometry, TTL %v", k.geom, k.ttl)
 		pl.X.Label.Text = "fast node's clock-rate error ρ (%)"
+		if k.geom == "slow-client" {
+			pl.X.Label.Text = "client 0's clock running slow by ρ (%)"
+		}
 		pl.Y.Label.Text = "overlapping grants (%)"
 		pl.Y.Min, pl.Y.Max = 0, 125 // room for the legend above 100 %
 		pl.Legend.Top = true
@@ -105,6 +109,9 @@ func plotSweep(sweep []cellResult, p params, file string) error {
 				if c.geom == k.geom && c.ttl == k.ttl && c.drift == drift {
 					pts = append(pts, plotter.XY{X: 100 * c.rho, Y: pct(c.overlapping, c.grants)})
 				}
+			}
+			if len(pts) == 0 {
+				continue
 			}
 			line, points, err := plotter.NewLinePoints(pts)
 			if err != nil {
@@ -119,6 +126,9 @@ func plotSweep(sweep []cellResult, p params, file string) error {
 			// The theory's threshold for this drift factor: ρ/(1+ρ) = f + 2ms/ttl.
 			x := drift + float64(2*time.Millisecond)/float64(k.ttl)
 			rho := x / (1 - x)
+			if k.geom == "slow-client" { // (1 − f − 2ms/ttl)/(1−s) = 1
+				rho = x
+			}
 			if 100*rho <= 100*p.rhos[len(p.rhos)-1] {
 				v := plotter.XYs{{X: 100 * rho, Y: 0}, {X: 100 * rho, Y: 100}}
 				th, err := plotter.NewLine(v)
