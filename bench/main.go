@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -153,6 +154,14 @@ type wstate struct {
 	firstErr   error
 	sections   int
 	maxCycle   time.Duration // longest cycle (lock errors included) since last reset
+}
+
+// failed counts an error in count and keeps the first one seen.
+func (st *wstate) failed(count *int, err error) {
+	*count++
+	if st.firstErr == nil {
+		st.firstErr = err
+	}
 }
 
 func main() {
@@ -448,20 +457,14 @@ func (b *bench) freeLoop(st *wstate, end time.Time, record bool, wg *sync.WaitGr
 		st.k++
 		t0 := time.Now()
 		if err := st.w.Lock(ctx, key); err != nil {
-			st.lockErrs++
-			if st.firstErr == nil {
-				st.firstErr = err
-			}
+			st.failed(&st.lockErrs, err)
 			st.maxCycle = max(st.maxCycle, time.Since(t0))
 		} else {
 			t1 := time.Now()
 			err := st.w.Unlock(bg)
 			t2 := time.Now()
 			if err != nil {
-				st.unlockErs++
-				if st.firstErr == nil {
-					st.firstErr = err
-				}
+				st.failed(&st.unlockErs, err)
 			}
 			if record {
 				st.acq.add(t1.Sub(t0))
@@ -491,10 +494,7 @@ func (b *bench) contendedLoop(id int, st *wstate, sh *contShared, end time.Time,
 				st.cut++
 				return
 			}
-			st.lockErrs++
-			if st.firstErr == nil {
-				st.firstErr = err
-			}
+			st.failed(&st.lockErrs, err)
 			continue
 		}
 		t1 := time.Now()
@@ -519,10 +519,7 @@ func (b *bench) contendedLoop(id int, st *wstate, sh *contShared, end time.Time,
 		err := st.w.Unlock(bg)
 		t2 := time.Now()
 		if err != nil {
-			st.unlockErs++
-			if st.firstErr == nil {
-				st.firstErr = err
-			}
+			st.failed(&st.unlockErs, err)
 		}
 		if record {
 			st.acq.add(t1.Sub(t0))
@@ -901,11 +898,12 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func minMax(xs []float64) (float64, float64) {
+// minMax returns the smallest and largest of xs, zeros when it is empty.
+func minMax[T cmp.Ordered](xs []T) (lo, hi T) {
 	if len(xs) == 0 {
-		return 0, 0
+		return lo, hi
 	}
-	lo, hi := xs[0], xs[0]
+	lo, hi = xs[0], xs[0]
 	for _, x := range xs {
 		lo, hi = min(lo, x), max(hi, x)
 	}

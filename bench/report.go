@@ -339,7 +339,7 @@ func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e
 			w("| contender | sections | sections/s | handoff gap p50 / p99 | to another goroutine: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, r := range s.res {
 				n, el := totals(r)
-				lo, hi := minMaxInt(r.perWorker)
+				lo, hi := minMax(r.perWorker)
 				a, _ := allocsPer(r)
 				w("| %s %s | %d | %.0f | %s / %s | %s / %s (%d) | %s / %s | %d / %d | %d / %d | %d | %d | %.1f | %s |\n", r.c.id, r.c.name, n, rate(n, el),
 					fmtDur(r.gap.q(0.5)), fmtDur(r.gap.q(0.99)), fmtDur(r.gapOther.q(0.5)), fmtDur(r.gapOther.q(0.99)), r.gapOther.n,
@@ -416,15 +416,4 @@ func cpuPer(r *result) time.Duration {
 		return 0
 	}
 	return c / time.Duration(n)
-}
-
-func minMaxInt(xs []int) (int, int) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	lo, hi := xs[0], xs[0]
-	for _, x := range xs {
-		lo, hi = min(lo, x), max(hi, x)
-	}
-	return lo, hi
 }

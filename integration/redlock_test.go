@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,36 +18,12 @@ import (
 
 // contend runs one separate client per worker against one key for d and
 // records every grant in a checker; each grant does a read-pause-write on
-// a shared counter.
+// a shared counter (see scContend).
 func contend(t *testing.T, workers int, d time.Duration, key string, opts ...redlock.Option) (*checker.Checker, *checker.Counter) {
 	t.Helper()
 	var chk checker.Checker
 	var ctr checker.Counter
-	clients := make([]*redlock.Client, workers)
-	for i := range clients {
-		clients[i] = client(t, opts...)
-	}
-	stop := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for w, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(stop) {
-				ctx, cancel := context.WithDeadline(context.Background(), stop)
-				l, err := c.Lock(ctx, key)
-				cancel()
-				if err != nil {
-					continue
-				}
-				h := chk.Begin(w, l.Key(), l.Token(), time.Now(), l.Until())
-				ctr.Increment(2 * time.Millisecond)
-				h.End(time.Now())
-				_ = l.Unlock(context.Background())
-			}
-		}()
-	}
-	wg.Wait()
+	scContend(scClients(t, workers, opts...), d, key, &chk, &ctr)
 	return &chk, &ctr
 }
 
