@@ -20,10 +20,15 @@ type Lock struct {
 	drift   float64
 	timeout time.Duration
 
+	acq *quorum.Round // the acquire round; its late replies matter to Unlock
+
+	// op serializes Extend and Unlock, which hold it while they wait on
+	// the nodes; mu guards until and released and is held only briefly,
+	// so that TTL and Until never wait for the network.
+	op       sync.Mutex
 	mu       sync.Mutex
-	until    time.Time     // end of validity, on the client's clock
-	released bool          // Unlock was called
-	acq      *quorum.Round // the acquire round; its late replies matter to Unlock
+	until    time.Time // end of validity, on the client's clock
+	released bool      // Unlock was called
 }
 
 // Key returns the locked key, prefix included.
@@ -84,6 +89,10 @@ func (l *Lock) left() time.Duration {
 // *QuorumError without a sentinel (nodes failed or ctx ended), after which
 // the lock still holds until Until() — which never moves later on failure,
 // but moves earlier if the new ttl is shorter than what was left.
+//
+// Extend and Unlock on one Lock run one at a time; TTL and Until never
+// wait for them. While Extend runs, Until is at most its start plus ttl
+// minus drift, since nodes may already hold the new TTL.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNilLock
@@ -94,12 +103,22 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= l.timeout {
 		return fmt.Errorf("%w: TTL %v must be above the node timeout %v", ErrInvalid, ttl, l.timeout)
 	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	c, k := l.c, l.k
+	// Keys that take the new TTL expire no sooner than start + ttl, and
+	// may expire then even if the extend fails or ttl is shorter than
+	// what was left: Until must not promise more while the call runs.
+	start := c.clk.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.left() <= 0 {
+	left := l.left()
+	if bound := start.Add(ttl - clock.Drift(ttl, l.drift)); left > 0 && bound.Before(l.until) {
+		l.until = bound
+	}
+	l.mu.Unlock()
+	if left <= 0 {
 		return l.notHeld("extend", "validity ran out")
 	}
-	c, k := l.c, l.k
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
 			ctx, cancel := l.afterAcquire(ctx, i)
@@ -109,15 +128,19 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
 	newUntil := r.Started().Add(validity)
+	l.mu.Lock()
 	inTime := l.left() > 0
-	if t.Reached && inTime && validity > 0 {
+	switch {
+	case t.Reached && inTime && validity > 0:
 		l.until = newUntil
+		l.mu.Unlock()
 		return nil
-	}
-	// Some nodes may have taken the new TTL: never let Until outlive it.
-	if newUntil.Before(l.until) {
+	case newUntil.Before(l.until):
+		// Some nodes may have taken the new TTL: never let Until
+		// outlive it.
 		l.until = newUntil
 	}
+	l.mu.Unlock()
 	qe := newQuorumError("extend", k.Name, c.quorum, r, nil, ctx.Err())
 	qe.Validity = validity
 	if !inTime || t.Other-t.Failed > len(c.nodes)-c.quorum {
@@ -137,13 +160,15 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNilLock
 	}
+	l.op.Lock()
+	defer l.op.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.released {
+	released, expired := l.released, l.left() <= 0
+	l.released = true // TTL is 0 from now on, whatever the nodes say
+	l.mu.Unlock()
+	if released {
 		return l.notHeld("unlock", "already unlocked")
 	}
-	expired := l.left() <= 0
-	l.released = true
 	c, k := l.c, l.k
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {

@@ -403,6 +403,38 @@ func TestUnlockCountsNodesStillAcquiring(t *testing.T) {
 	assert.Equal(t, l.Token(), fakes[2].token("k"), "node 2 failed to release; its key expires")
 }
 
+// TestTTLDoesNotWaitForExtend: TTL answers while an Extend waits on the
+// nodes, and already reports no more than the new, shorter TTL allows.
+func TestTTLDoesNotWaitForExtend(t *testing.T) {
+	ctx := context.Background()
+	fakes, _, c := setup(t, 3)
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Greater(t, l.TTL(), 9*time.Second)
+
+	slow := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("extend", slow))
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, time.Second) }()
+	require.Eventually(t, func() bool { return fakes[0].count("extend") == 1 }, time.Second, time.Millisecond)
+
+	ttl := make(chan time.Duration, 1)
+	go func() { ttl <- l.TTL() }()
+	select {
+	case got := <-ttl:
+		assert.LessOrEqual(t, got, time.Second-12*time.Millisecond, "TTL during a shortening Extend")
+		assert.Positive(t, got)
+	case <-time.After(200 * time.Millisecond):
+		t.Fatal("TTL waited for Extend")
+	}
+	close(slow)
+	require.NoError(t, <-extended)
+	assert.LessOrEqual(t, l.TTL(), time.Second-12*time.Millisecond)
+	require.NoError(t, l.Unlock(ctx))
+}
+
 func TestTwoClientsExclude(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
