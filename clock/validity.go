@@ -24,3 +24,14 @@ func Drift(ttl time.Duration, factor float64) time.Duration {
 func Validity(ttl, elapsed time.Duration, factor float64) time.Duration {
 	return ttl - elapsed - Drift(ttl, factor)
 }
+
+// Until returns the end of the validity of a lock whose commands were
+// first sent at start: start + ttl − (ttl×factor + 2 ms). A node sets the
+// key no earlier than start, so the key lives at least ttl past start by
+// that node's clock; the drift allowance covers node clocks that run
+// faster than the client's. For any later now it equals
+// now + Validity(ttl, now−start, factor): the validity is counted from
+// the moment it is measured, not subtracted twice.
+func Until(start time.Time, ttl time.Duration, factor float64) time.Time {
+	return start.Add(ttl - Drift(ttl, factor))
+}

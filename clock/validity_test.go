@@ -40,6 +40,16 @@ func TestDrift(t *testing.T) {
 	assert.Equal(t, 2*time.Millisecond, clock.Drift(10*time.Second, 0))
 }
 
+func TestUntilIsValidityFromNow(t *testing.T) {
+	start := time.Unix(1000, 0)
+	until := clock.Until(start, 10*time.Second, 0.01)
+	assert.Equal(t, start.Add(10*time.Second-102*time.Millisecond), until)
+	for _, elapsed := range []time.Duration{0, 5 * time.Millisecond, 3 * time.Second, 10 * time.Second} {
+		now := start.Add(elapsed)
+		assert.Equal(t, until, now.Add(clock.Validity(10*time.Second, elapsed, 0.01)), "elapsed %v", elapsed)
+	}
+}
+
 func TestFakeAfterFiresInOrder(t *testing.T) {
 	f := clock.NewFake(time.Unix(1000, 0))
 	a := f.After(2 * time.Second)

@@ -24,7 +24,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/clock"
@@ -44,8 +43,15 @@ type Client struct {
 
 	// bg counts node calls still running after their caller returned
 	// (the minority a quorum did not wait for) and late clean-ups.
-	bg     sync.WaitGroup
-	closed atomic.Bool
+	bg sync.WaitGroup
+	// life guards closed. Every operation holds a read lock from its
+	// check of closed until it has started its node calls (enter, exit),
+	// and Close the write lock while it sets closed, so no call is added
+	// to bg once Close waits on it.
+	life      sync.RWMutex
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New returns a client over nodes, which must be independent masters (no
@@ -130,24 +136,44 @@ func (c *Client) Nodes() []node.Node { return c.nodes }
 // Quorum returns how many nodes must agree.
 func (c *Client) Quorum() int { return c.quorum }
 
-// Close waits for node calls still running in the background (each is
-// bounded by the node timeout) and closes the nodes if Dial made them.
-// Locks are not released: they expire. Calls after Close fail with
-// ErrClosed.
+// Close waits for operations in progress and for node calls still
+// running in the background (each bounded by the node timeout), then
+// closes the nodes if Dial made them. Locks are not released: they
+// expire. Lock, TryLock, Extend and Unlock called after Close fail with
+// ErrClosed. Close may be called more than once, from any goroutine;
+// every call returns once the client is closed, with the first call's
+// result.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
-		return nil
-	}
-	c.bg.Wait()
-	if !c.owned {
-		return nil
-	}
-	var errs []error
-	for _, n := range c.nodes {
-		errs = append(errs, n.Close())
-	}
-	return errors.Join(errs...)
+	c.closeOnce.Do(func() {
+		c.life.Lock()
+		c.closed = true
+		c.life.Unlock()
+		c.bg.Wait()
+		if !c.owned {
+			return
+		}
+		var errs []error
+		for _, n := range c.nodes {
+			errs = append(errs, n.Close())
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
 }
+
+// enter starts an operation that may start node calls; it reports false
+// once the client is closed. Every true must be matched by exit, and no
+// operation may enter twice (a pending Close would deadlock it).
+func (c *Client) enter() bool {
+	c.life.RLock()
+	if c.closed {
+		c.life.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (c *Client) exit() { c.life.RUnlock() }
 
 // TryLock makes exactly one attempt to take key. It returns a Lock, or an
 // error wrapping ErrNotAcquired (a *QuorumError) when no majority was had
@@ -157,8 +183,11 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*
 	if err != nil {
 		return nil, err
 	}
-	l, qe := c.attempt(ctx, c.cfg.prefix+key, &cfg)
-	if qe != nil {
+	l, qe, err := c.attempt(ctx, c.cfg.prefix+key, &cfg)
+	switch {
+	case err != nil:
+		return nil, err
+	case qe != nil:
 		return nil, qe
 	}
 	return l, nil
@@ -175,8 +204,11 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Loc
 	}
 	key = c.cfg.prefix + key
 	for attempt := 1; ; attempt++ {
-		l, qe := c.attempt(ctx, key, &cfg)
-		if qe == nil {
+		l, qe, err := c.attempt(ctx, key, &cfg)
+		switch {
+		case err != nil:
+			return nil, err
+		case qe == nil:
 			return l, nil
 		}
 		qe.Attempts = attempt
@@ -190,11 +222,8 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Loc
 		select {
 		case <-c.clk.After(d):
 		case <-ctx.Done():
-			qe.ctxErr = context.Cause(ctx)
+			qe.setContext(ctx)
 			return nil, qe
-		}
-		if c.closed.Load() {
-			return nil, ErrClosed
 		}
 	}
 }
@@ -213,9 +242,6 @@ func (c *Client) hopeless(qe *QuorumError) bool {
 }
 
 func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
-	if c.closed.Load() {
-		return config{}, ErrClosed
-	}
 	cfg := c.cfg
 	for _, o := range opts {
 		o(&cfg)
@@ -230,8 +256,17 @@ func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
 }
 
 // attempt is one round of the algorithm: SET NX PX everywhere in parallel,
-// count, check validity, roll back on failure.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError) {
+// count, check validity, roll back on failure. It returns a Lock, or a
+// *QuorumError, or ErrClosed.
+func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError, error) {
+	if !c.enter() {
+		return nil, nil, ErrClosed
+	}
+	defer c.exit()
+	if ctx.Err() != nil {
+		// Nothing is sent for a context that has already ended.
+		return nil, notStarted("acquire", key, c, ctx), nil
+	}
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.
 	k := node.NewKey(key, newToken(), cfg.ttl)
@@ -243,18 +278,16 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(k.TTL, r.Elapsed(), cfg.driftFactor)
 	if t.Reached && validity > 0 && ctx.Err() == nil {
-		return &Lock{c: c, k: k, until: r.Started().Add(validity), acq: r, drift: cfg.driftFactor, timeout: cfg.timeout()}, nil
+		until := clock.Until(r.Started(), k.TTL, cfg.driftFactor)
+		return &Lock{c: c, k: k, until: until, prev: r, drift: cfg.driftFactor, timeout: cfg.timeout()}, nil, nil
 	}
 	c.rollback(ctx, r, k, cfg.timeout())
-	qe := newQuorumError("acquire", key, c.quorum, r, ErrNotAcquired, context.Cause(ctx))
-	if ctx.Err() == nil {
-		qe.ctxErr = nil
-	}
+	qe := newQuorumError("acquire", key, c.quorum, r, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	if c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.Debug("redlock: attempt failed", "key", key, "done", t.Done, "other", t.Other, "pending", t.Pending, "validity", validity, "err", qe)
 	}
-	return nil, qe
+	return nil, qe, nil
 }
 
 // rollback releases an attempt's token on every node that may hold it.

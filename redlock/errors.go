@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -69,13 +70,31 @@ type QuorumError struct {
 	Attempts int
 
 	sentinel error
-	ctxErr   error
+	ctxErr   error // ctx.Err() of a caller's context that ended, else nil
+	cause    error // context.Cause of it, when that differs from ctxErr
 	nodes    *multierror.Error
 }
 
-func newQuorumError(op, key string, need int, r *quorum.Round, sentinel, ctxErr error) *QuorumError {
-	e := &QuorumError{Op: op, Key: key, Need: need, Replies: r.Replies, Attempts: 1, sentinel: sentinel, ctxErr: ctxErr}
-	for _, rep := range r.Replies {
+// newQuorumError describes round r; ctx is the caller's context, whose
+// end (if it ended) the error carries.
+func newQuorumError(op, key string, need int, r *quorum.Round, sentinel error, ctx context.Context) *QuorumError {
+	return newQuorumErrorOf(op, key, need, r.Replies, sentinel, ctx)
+}
+
+// notStarted is the error of an operation that sent nothing because ctx
+// had already ended.
+func notStarted(op, key string, c *Client, ctx context.Context) *QuorumError {
+	replies := make([]quorum.Reply, len(c.nodes))
+	for i, n := range c.nodes {
+		replies[i] = quorum.Reply{Node: i, Addr: n.Addr()}
+	}
+	return newQuorumErrorOf(op, key, c.quorum, replies, ErrNotAcquired, ctx)
+}
+
+func newQuorumErrorOf(op, key string, need int, replies []quorum.Reply, sentinel error, ctx context.Context) *QuorumError {
+	e := &QuorumError{Op: op, Key: key, Need: need, Replies: replies, Attempts: 1, sentinel: sentinel}
+	e.setContext(ctx)
+	for _, rep := range replies {
 		if rep.Err != nil {
 			e.nodes = multierror.Append(e.nodes, &NodeError{Node: rep.Node, Addr: rep.Addr, Err: rep.Err})
 		}
@@ -84,6 +103,19 @@ func newQuorumError(op, key string, need int, r *quorum.Round, sentinel, ctxErr 
 		e.nodes.ErrorFormat = joinSemicolon
 	}
 	return e
+}
+
+// setContext records that ctx ended, if it did: both ctx.Err() and, when
+// it says more, context.Cause(ctx), so that errors.Is finds
+// context.Canceled or DeadlineExceeded even under a custom cause.
+func (e *QuorumError) setContext(ctx context.Context) {
+	e.ctxErr, e.cause = ctx.Err(), nil
+	if e.ctxErr == nil {
+		return
+	}
+	if c := context.Cause(ctx); c != e.ctxErr {
+		e.cause = c
+	}
 }
 
 func joinSemicolon(errs []error) string {
@@ -166,6 +198,11 @@ func (e *QuorumError) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.ctxErr.Error())
 	}
+	if e.cause != nil {
+		b.WriteString(" (")
+		b.WriteString(e.cause.Error())
+		b.WriteString(")")
+	}
 	if e.nodes != nil {
 		b.WriteString(": ")
 		b.WriteString(e.nodes.Error())
@@ -173,16 +210,19 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel, the context error and the node errors, so
-// errors.Is(err, ErrNotAcquired), errors.Is(err, context.Canceled) and
-// errors.Is(err, node.ErrTimeout) all work.
+// Unwrap returns the sentinel, the context's error and cause and the node
+// errors, so errors.Is(err, ErrNotAcquired), errors.Is(err,
+// context.Canceled) and errors.Is(err, node.ErrTimeout) all work.
 func (e *QuorumError) Unwrap() []error {
-	out := make([]error, 0, 3)
+	out := make([]error, 0, 4)
 	if e.sentinel != nil {
 		out = append(out, e.sentinel)
 	}
 	if e.ctxErr != nil {
 		out = append(out, e.ctxErr)
+	}
+	if e.cause != nil {
+		out = append(out, e.cause)
 	}
 	if e.nodes != nil {
 		out = append(out, e.nodes)

@@ -24,6 +24,9 @@ type fakeNode struct {
 	// before runs at the start of every call with the operation's name;
 	// a non-nil error makes the call fail with it.
 	before func(ctx context.Context, op string) error
+	// beforeExtend, if set, runs after before in every Extend, with the
+	// TTL asked for.
+	beforeExtend func(ttl time.Duration)
 }
 
 type entry struct {
@@ -120,7 +123,14 @@ func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (
 		return node.Unknown, err
 	}
 	f.mu.Lock()
+	h := f.beforeExtend
+	f.mu.Unlock()
+	if h != nil {
+		h(ttl)
+	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer func() { f.calls["extend returned"]++ }() // under mu
 	e, ok := f.get(key)
 	switch {
 	case !ok:

@@ -20,12 +20,20 @@ type Lock struct {
 	drift   float64
 	timeout time.Duration
 
-	acq *quorum.Round // the acquire round; its late replies matter to Unlock
+	// op serialises Extend and Unlock, which hold it while they wait on
+	// the nodes (at most about one node timeout). prev, guarded by op, is
+	// the last round that sent commands for this lock, the acquire at
+	// first: a node's next command waits until its command there has
+	// returned, so each node applies this lock's commands in the order
+	// they were issued. Otherwise a release sent while the SET is in
+	// flight, or a short extend left running behind a longer one, could
+	// land last and leave a key that outlives, or dies before, what Until
+	// promises.
+	op   sync.Mutex
+	prev *quorum.Round
 
-	// op serializes Extend and Unlock, which hold it while they wait on
-	// the nodes; mu guards until and released and is held only briefly,
-	// so that TTL and Until never wait for the network.
-	op       sync.Mutex
+	// mu guards until and released and is held only briefly, so that
+	// TTL and Until never wait for the network.
 	mu       sync.Mutex
 	until    time.Time // end of validity, on the client's clock
 	released bool      // Unlock was called
@@ -81,24 +89,26 @@ func (l *Lock) left() time.Duration {
 
 // Extend resets the lock's TTL to ttl on the nodes that still hold its
 // token. It succeeds only if a majority did so before the current validity
-// ran out; Until then moves to the start of the call plus the new validity
-// (ttl minus the call's duration minus drift).
+// ran out; Until then moves to the start of the call plus ttl minus drift,
+// which leaves a validity of ttl minus the call's duration minus drift.
 //
 // Errors: ErrNotHeld when the lock had expired, was unlocked, or a
-// majority no longer holds the token; ErrInvalid for ttl <= 0; otherwise a
-// *QuorumError without a sentinel (nodes failed or ctx ended), after which
-// the lock still holds until Until() — which never moves later on failure,
-// but moves earlier if the new ttl is shorter than what was left.
+// majority no longer holds the token; ErrInvalid for ttl <= 0; ErrClosed
+// after the client's Close; otherwise a *QuorumError without a sentinel
+// (nodes failed or ctx ended), after which the lock still holds until
+// Until() — which never moves later on failure, but moves earlier if the
+// new ttl is shorter than what was left.
 //
-// Extend and Unlock on one Lock run one at a time; TTL and Until never
-// wait for them. While Extend runs, Until is at most its start plus ttl
-// minus drift, since nodes may already hold the new TTL.
+// Extend and Unlock on one Lock run one at a time (each waits on the nodes
+// for about one node timeout at most); TTL and Until never wait for them.
+// While Extend runs, Until is at most its start plus ttl minus drift,
+// since nodes may already hold the new TTL.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNilLock
 	}
-	if ttl <= 0 {
-		return fmt.Errorf("%w: TTL must be > 0, got %v", ErrInvalid, ttl)
+	if err := checkTTL(ttl); err != nil {
+		return err
 	}
 	if ttl <= l.timeout {
 		return fmt.Errorf("%w: TTL %v must be above the node timeout %v", ErrInvalid, ttl, l.timeout)
@@ -106,28 +116,37 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	l.op.Lock()
 	defer l.op.Unlock()
 	c, k := l.c, l.k
+	if !c.enter() {
+		return ErrClosed
+	}
+	defer c.exit()
 	// Keys that take the new TTL expire no sooner than start + ttl, and
 	// may expire then even if the extend fails or ttl is shorter than
 	// what was left: Until must not promise more while the call runs.
-	start := c.clk.Now()
+	bound := clock.Until(c.clk.Now(), ttl, l.drift)
 	l.mu.Lock()
-	left := l.left()
-	if bound := start.Add(ttl - clock.Drift(ttl, l.drift)); left > 0 && bound.Before(l.until) {
+	released, left := l.released, l.left()
+	if left > 0 && bound.Before(l.until) {
 		l.until = bound
 	}
 	l.mu.Unlock()
-	if left <= 0 {
+	switch {
+	case released:
+		return l.notHeld("extend", "already unlocked")
+	case left <= 0:
 		return l.notHeld("extend", "validity ran out")
 	}
+	prev := l.prev
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			ctx, cancel := l.afterAcquire(ctx, i)
+			ctx, cancel := l.after(ctx, prev, i)
 			defer cancel()
 			return n.Extend(ctx, k, ttl)
 		})
+	l.prev = r
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
-	newUntil := r.Started().Add(validity)
+	newUntil := clock.Until(r.Started(), ttl, l.drift)
 	l.mu.Lock()
 	inTime := l.left() > 0
 	switch {
@@ -141,7 +160,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.until = newUntil
 	}
 	l.mu.Unlock()
-	qe := newQuorumError("extend", k.Name, c.quorum, r, nil, ctx.Err())
+	qe := newQuorumError("extend", k.Name, c.quorum, r, nil, ctx)
 	qe.Validity = validity
 	if !inTime || t.Other-t.Failed > len(c.nodes)-c.quorum {
 		qe.sentinel = ErrNotHeld
@@ -150,18 +169,24 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock deletes the key on every node where it still holds the lock's
-// token. It returns nil when a majority released it within the validity
-// window; ErrNotHeld (a *QuorumError, or a plain error if the validity
-// had already run out) when the lock had expired, was already unlocked or
-// was taken over — the caller's critical section outran the lock; another
+// token. It returns nil when the lock was still valid when Unlock was
+// called and a majority released it; ErrNotHeld (a *QuorumError, or a
+// plain error if the validity had already run out) when the lock had
+// expired, was already unlocked or was taken over — the caller's critical
+// section outran the lock; ErrClosed after the client's Close; another
 // *QuorumError when too many nodes failed to tell (the keys then expire by
-// their TTL).
+// their TTL). After Unlock, TTL is 0 whatever the outcome.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNilLock
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
+	c, k := l.c, l.k
+	if !c.enter() {
+		return ErrClosed
+	}
+	defer c.exit()
 	l.mu.Lock()
 	released, expired := l.released, l.left() <= 0
 	l.released = true // TTL is 0 from now on, whatever the nodes say
@@ -169,13 +194,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if released {
 		return l.notHeld("unlock", "already unlocked")
 	}
-	c, k := l.c, l.k
+	prev := l.prev
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			ctx, cancel := l.afterAcquire(ctx, i)
+			ctx, cancel := l.after(ctx, prev, i)
 			defer cancel()
 			return n.Release(ctx, k)
 		})
+	l.prev = r
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
 	case expired:
@@ -183,25 +209,26 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	case t.Reached:
 		return nil
 	}
-	qe := newQuorumError("unlock", k.Name, c.quorum, r, nil, ctx.Err())
+	qe := newQuorumError("unlock", k.Name, c.quorum, r, nil, ctx)
 	if t.Other-t.Failed > len(c.nodes)-c.quorum {
 		qe.sentinel = ErrNotHeld
 	}
 	return qe
 }
 
-// afterAcquire waits until node i has answered the acquire (a call bounded
-// by the node timeout, so this wait is too), so that an Extend or Unlock
-// sent right after a quorum-return acquire reaches the node after its SET
+// after waits until node i has answered its call in prev, the lock's
+// previous round (a call bounded by the node timeout, so this wait is
+// too), so that a command reaches the node after the one issued before it
 // and is counted like any other node: a release sent while the SET is in
-// flight could be overtaken by it and leave the key behind for a TTL. If
+// flight could be overtaken by it and leave the key behind for a TTL, and
+// a short extend still in flight could cut a later, longer one short. If
 // it had to wait, the node's call gets a fresh node timeout of its own
 // rather than what the wait left of the round's.
-func (l *Lock) afterAcquire(ctx context.Context, i int) (context.Context, context.CancelFunc) {
-	if l.acq.Landed(i) {
+func (l *Lock) after(ctx context.Context, prev *quorum.Round, i int) (context.Context, context.CancelFunc) {
+	if prev.Landed(i) {
 		return ctx, func() {}
 	}
-	l.acq.Await(i)
+	prev.Await(i)
 	return context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 }
 

@@ -47,7 +47,8 @@ type Option func(*config)
 type LockOption func(*config)
 
 // WithTTL sets how long a lock lives on the nodes unless extended.
-// Default 10s (DefaultTTL). Must be > 0.
+// Default 10s (DefaultTTL). Must be > 0 and a whole number of
+// milliseconds (Redis' PX unit).
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithDriftFactor sets the share of the TTL given up for clock drift
@@ -120,8 +121,8 @@ func (c *config) timeout() time.Duration {
 // check validates everything but the node list.
 func (c *config) check() error {
 	switch {
-	case c.ttl <= 0:
-		return fmt.Errorf("%w: TTL must be > 0, got %v", ErrInvalid, c.ttl)
+	case checkTTL(c.ttl) != nil:
+		return checkTTL(c.ttl)
 	case c.driftFactor < 0 || c.driftFactor >= 0.5 || c.driftFactor != c.driftFactor:
 		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, c.driftFactor)
 	case c.nodeTimeout < 0:
@@ -130,6 +131,19 @@ func (c *config) check() error {
 		return fmt.Errorf("%w: node timeout %v must be below the TTL %v", ErrInvalid, c.timeout(), c.ttl)
 	case c.retry == nil:
 		return fmt.Errorf("%w: nil retry strategy", ErrInvalid)
+	}
+	return nil
+}
+
+// checkTTL accepts a TTL of at least 1 ms in whole milliseconds: Redis
+// takes PX in milliseconds, and a TTL rounded down on its way to the node
+// would make keys expire before the validity computed from it.
+func checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("%w: TTL must be > 0, got %v", ErrInvalid, ttl)
+	case ttl%time.Millisecond != 0:
+		return fmt.Errorf("%w: TTL must be a whole number of milliseconds (Redis PX), got %v", ErrInvalid, ttl)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,9 +64,10 @@ func TestTryLockGrantsWithValidityFromFakeClock(t *testing.T) {
 	l, err := c.TryLock(context.Background(), "job")
 	close(later)
 	require.NoError(t, err)
-	assert.Equal(t, epoch.Add(10*time.Second-90*time.Millisecond-102*time.Millisecond), l.Until(),
-		"until = start + ttl - elapsed - drift")
-	assert.Equal(t, 10*time.Second-180*time.Millisecond-102*time.Millisecond, l.TTL(), "TTL = until - now")
+	assert.Equal(t, epoch.Add(10*time.Second-102*time.Millisecond), l.Until(),
+		"until = start + ttl - drift: the keys were set no earlier than start")
+	assert.Equal(t, 10*time.Second-90*time.Millisecond-102*time.Millisecond, l.TTL(),
+		"TTL right after the grant = validity = ttl - elapsed - drift")
 	assert.Equal(t, "job", l.Key())
 	assert.Len(t, l.Token(), 32)
 	assert.Equal(t, 3, holders(fakes[:3], "job", l.Token()))
@@ -72,6 +75,31 @@ func TestTryLockGrantsWithValidityFromFakeClock(t *testing.T) {
 	clk.Advance(l.TTL())
 	assert.Equal(t, time.Duration(0), l.TTL(), "TTL is 0 once validity ran out")
 	assert.ErrorIs(t, l.Unlock(context.Background()), redlock.ErrNotHeld, "the critical section outran the lock")
+}
+
+// TestSlowAcquireKeepsItsValidity: an acquire that used more than half
+// the TTL still returns a lock whose TTL is the validity left, never one
+// that has already expired (elapsed must be subtracted once, not twice).
+func TestSlowAcquireKeepsItsValidity(t *testing.T) {
+	fakes, clk, c := setup(t, 3, redlock.WithTTL(time.Second), redlock.WithNodeTimeout(900*time.Millisecond))
+	for _, f := range fakes {
+		f.setBefore(func(_ context.Context, op string) error {
+			if op == "acquire" {
+				clk.Advance(200 * time.Millisecond)
+			}
+			return nil
+		})
+	}
+	l, err := c.TryLock(context.Background(), "slow")
+	require.NoError(t, err)
+	elapsed := clk.Since(epoch)
+	require.GreaterOrEqual(t, elapsed, 400*time.Millisecond, "the quorum took two slow replies")
+	assert.Equal(t, time.Second-elapsed-12*time.Millisecond, l.TTL())
+	assert.Positive(t, l.TTL())
+	for _, f := range fakes {
+		f.setBefore(nil)
+	}
+	require.NoError(t, l.Unlock(context.Background()))
 }
 
 func TestValidityUsedUpIsNotAcquiredAndRolledBack(t *testing.T) {
@@ -403,6 +431,52 @@ func TestUnlockCountsNodesStillAcquiring(t *testing.T) {
 	assert.Equal(t, l.Token(), fakes[2].token("k"), "node 2 failed to release; its key expires")
 }
 
+// TestExtendsApplyInOrder: a short Extend whose call to a slow node is
+// still in flight must not land there after a later, longer Extend, or
+// that node would count for the longer one while its key dies early.
+func TestExtendsApplyInOrder(t *testing.T) {
+	ctx := context.Background()
+	fakes, clk, c := setup(t, 3)
+	slow := make(chan struct{})
+	fakes[2].setBefore(gate("acquire", slow)) // node 2's SET is in flight
+	long := make(chan struct{})
+	fakes[2].mu.Lock()
+	fakes[2].beforeExtend = func(ttl time.Duration) {
+		// Hold the short extend back until the long one arrives, or for
+		// a while if it never does: the worst order, whenever the
+		// client allows it.
+		if ttl == time.Minute {
+			close(long)
+			return
+		}
+		select {
+		case <-long:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	fakes[2].mu.Unlock()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, 3*time.Second), "nodes 0 and 1")
+
+	fakes[1].setBefore(failOn("extend"))
+	done := make(chan error, 1)
+	go func() { done <- l.Extend(ctx, time.Minute) }() // needs node 2
+	require.Eventually(t, func() bool { return fakes[0].count("extend") == 2 }, time.Second, time.Millisecond)
+	close(slow)
+	require.NoError(t, <-done)
+	require.Greater(t, l.TTL(), 50*time.Second)
+	require.Eventually(t, func() bool { return fakes[2].count("extend returned") == 2 }, time.Second, time.Millisecond,
+		"both extends reached node 2")
+
+	clk.Advance(4 * time.Second) // past the short extend
+	assert.Positive(t, l.TTL())
+	assert.GreaterOrEqual(t, holders(fakes, "k", l.Token()), 2,
+		"the lock claims a validity that a majority of keys no longer backs")
+	fakes[1].setBefore(nil)
+	require.NoError(t, l.Unlock(ctx))
+}
+
 // TestTTLDoesNotWaitForExtend: TTL answers while an Extend waits on the
 // nodes, and already reports no more than the new, shorter TTL allows.
 func TestTTLDoesNotWaitForExtend(t *testing.T) {
@@ -524,10 +598,90 @@ func TestDialBadURLs(t *testing.T) {
 }
 
 func TestClosedClient(t *testing.T) {
-	_, _, c := setup(t, 3)
+	fakes, _, c := setup(t, 3)
+	l, err := c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
 	require.NoError(t, c.Close())
-	_, err := c.TryLock(context.Background(), "k")
+	_, err = c.TryLock(context.Background(), "k")
 	assert.ErrorIs(t, err, redlock.ErrClosed)
+	_, err = c.Lock(context.Background(), "k")
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+	assert.ErrorIs(t, l.Extend(context.Background(), time.Minute), redlock.ErrClosed)
+	assert.ErrorIs(t, l.Unlock(context.Background()), redlock.ErrClosed)
+	assert.Equal(t, 1, fakes[0].count("acquire"), "nothing sent after Close")
+	assert.Zero(t, fakes[0].count("extend")+fakes[0].count("release"), "nothing sent after Close")
+	assert.NoError(t, c.Close(), "Close twice")
+}
+
+// TestCloseWhileLocking races Close against operations in flight: under
+// -race it must neither race on the client's WaitGroup nor panic, and
+// every operation either completes or returns ErrClosed.
+func TestCloseWhileLocking(t *testing.T) {
+	for range 20 {
+		clk := clock.NewFake(epoch)
+		fakes := newFakes(3, clk)
+		c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithNodeTimeout(500*time.Millisecond))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := c.TryLock(context.Background(), fmt.Sprintf("k%d", g))
+				if err != nil {
+					assert.ErrorIs(t, err, redlock.ErrClosed)
+					return
+				}
+				if err := l.Unlock(context.Background()); err != nil {
+					assert.ErrorIs(t, err, redlock.ErrClosed)
+				}
+			}()
+		}
+		closed := make(chan error, 2)
+		go func() { closed <- c.Close() }()
+		go func() { closed <- c.Close() }()
+		require.NoError(t, <-closed)
+		require.NoError(t, <-closed)
+		wg.Wait()
+	}
+}
+
+// TestEndedContextSendsNothing: a context that ended before TryLock
+// yields ErrNotAcquired and the context's error without any traffic.
+func TestEndedContextSendsNothing(t *testing.T) {
+	fakes, _, c := setup(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.TryLock(ctx, "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.ErrorIs(t, err, context.Canceled)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Len(t, qe.Replies, 3)
+	for _, f := range fakes {
+		assert.Zero(t, f.count("acquire")+f.count("release"), "traffic for an ended context")
+	}
+}
+
+// TestCustomCauseKeepsContextError: a context ended with a cause of its
+// own still matches context.Canceled / DeadlineExceeded, and the cause.
+func TestCustomCauseKeepsContextError(t *testing.T) {
+	_, _, c := setup(t, 3)
+	why := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(why)
+	_, err := c.TryLock(ctx, "k")
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, why)
+	assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "shutting down")
+
+	ctx, cancel2 := context.WithTimeoutCause(context.Background(), time.Nanosecond, why)
+	defer cancel2()
+	<-ctx.Done()
+	_, err = c.Lock(ctx, "k")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, why)
 }
 
 func TestTokensAreUniquePerAttempt(t *testing.T) {
