@@ -85,6 +85,9 @@ func classify(err error) error {
 	}
 	msg := err.Error()
 	switch {
+	case msg == "redigo: get on closed pool":
+		// Close raced a call past its closed check.
+		return ErrClosed
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
 		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "ERR AUTH"):
 		return ErrAuth

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,16 @@ func TestParseURL(t *testing.T) {
 		_, err := node.ParseURL(bad)
 		require.ErrorIs(t, err, node.ErrBadURL, bad)
 		assert.NotContains(t, err.Error(), "s3cret")
+	}
+	// Passwords with characters that should have been percent-encoded
+	// break parsing in odd places; no piece of them may reach the error.
+	for _, bad := range []string{"redis://app:s3cr/et@h:6379", "redis://app:s3%zzet@h", "redis://app:6380/s3cret@h", "redis://app:s3c?ret@h", "redis://app:s3c#ret@h:1"} {
+		_, err := node.ParseURL(bad)
+		require.ErrorIs(t, err, node.ErrBadURL, bad)
+		for _, piece := range []string{"s3c", "/et", "et@", "ret", "zz"} {
+			assert.NotContains(t, strings.TrimPrefix(err.Error(), node.ErrBadURL.Error()), piece, bad)
+		}
+		assert.Contains(t, err.Error(), "percent-encode", bad)
 	}
 }
 
@@ -108,6 +119,30 @@ func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
 	// ended the call.
 	dl, _ := ctx.Deadline()
 	assert.WithinDuration(t, dl, time.Now(), 2*time.Second)
+}
+
+// TestTLSHandshakeCostsTheDeadlineOnly: a rediss:// node that accepts
+// and never answers the TLS handshake costs the call's deadline, not the
+// 10 s handshake timeout redigo would apply on its own.
+func TestTLSHandshakeCostsTheDeadlineOnly(t *testing.T) {
+	addr := listen(t, func(c net.Conn) {
+		buf := make([]byte, 512)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	})
+	r, err := node.Dial("rediss://"+addr, node.Options{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	st, err := r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
+	assert.Equal(t, node.Unknown, st)
+	require.ErrorIs(t, err, node.ErrTimeout)
+	dl, _ := ctx.Deadline()
+	assert.WithinDuration(t, dl, time.Now(), 2*time.Second, "the handshake outlived the call's deadline")
 }
 
 func TestNotRedis(t *testing.T) {

@@ -109,8 +109,13 @@ func New(ep Endpoint, opts Options) *Redis {
 	opts = opts.withDefaults()
 	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout}
 	dialOpts := []redis.DialOption{
-		// Writes are bounded by the per-node timeout; reads get the
-		// caller's remaining deadline per command (see do).
+		// Dialling, the TLS handshake, AUTH and SELECT run within the
+		// caller's deadline (the pool passes its context through), and
+		// every read gets the caller's remaining deadline (see do). A
+		// write is bounded by Timeout: redigo sets write deadlines per
+		// connection, not per call. A lock command is far smaller than a
+		// socket's send buffer and a connection that timed out is
+		// dropped, so in practice a write never waits.
 		redis.DialWriteTimeout(opts.Timeout),
 		redis.DialReadTimeout(opts.Timeout),
 		redis.DialDatabase(ep.DB),
@@ -126,7 +131,13 @@ func New(ep Endpoint, opts Options) *Redis {
 		if cfg == nil {
 			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		dialOpts = append(dialOpts, redis.DialUseTLS(true), redis.DialTLSConfig(cfg))
+		// Not redigo's DialUseTLS: it bounds the handshake by a timeout
+		// of its own (10 s), not by the caller's deadline, so a node that
+		// accepts and never answers would cost seconds per connection.
+		// tls.Dialer runs the handshake under the dial context and takes
+		// the server name from the address when cfg leaves it empty.
+		d := &tls.Dialer{Config: cfg}
+		dialOpts = append(dialOpts, redis.DialContextFunc(d.DialContext))
 	}
 	r.pool = &redis.Pool{
 		MaxIdle:     opts.MaxIdle,

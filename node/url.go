@@ -23,7 +23,14 @@ type Endpoint struct {
 // password.
 func ParseURL(raw string) (Endpoint, error) {
 	var e Endpoint
+	// A '@' that url.Parse did not take as the end of the userinfo means
+	// a password with an unencoded '/', '?', '#' or '%': the parse error
+	// or the misparsed path would quote part of it.
+	hasAt := strings.Contains(raw, "@")
 	u, err := url.Parse(raw)
+	if hasAt && (err != nil || u.User == nil) {
+		return e, fmt.Errorf("%w: %s", ErrBadURL, withheld)
+	}
 	if err != nil {
 		// url.Error would quote the whole URL, password included.
 		var cause error = err
@@ -70,6 +77,12 @@ func ParseURL(raw string) (Endpoint, error) {
 	}
 	return e, nil
 }
+
+// withheld explains a malformed URL whose details are not shown because
+// they may hold a password.
+const withheld = "the URL holds '@' but does not parse as user:password@host; " +
+	"percent-encode '/', '?', '#', '%' and '@' in the user name and password " +
+	"(no part of the URL is shown, to keep the password out of logs)"
 
 // Addr returns host:port.
 func (e Endpoint) Addr() string { return net.JoinHostPort(e.Host, strconv.Itoa(e.Port)) }
