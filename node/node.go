@@ -65,17 +65,19 @@ type Key struct {
 	Token string        // the random value that proves ownership
 	TTL   time.Duration // the TTL Acquire is normally called with
 
-	// Prepared arguments, shared read-only by every call that uses them.
-	set     []any // SET: name, token, "NX", "PX", TTL in ms
-	release []any // EVALSHA: release hash, 1, name, token
+	// Prepared arguments, shared read-only by every call that uses them;
+	// arrays, so that they live in the Key's own allocation.
+	set     [5]any // SET: name, token, "NX", "PX", TTL in ms
+	release [4]any // EVALSHA: release hash, 1, name, token
+	ready   bool   // set and release are filled (NewKey made the Key)
 }
 
 // NewKey returns the Key for name owned by token, taken with ttl.
 func NewKey(name, token string, ttl time.Duration) *Key {
-	k := &Key{Name: name, Token: token, TTL: ttl}
+	k := &Key{Name: name, Token: token, TTL: ttl, ready: true}
 	var n, t any = name, token
-	k.set = []any{n, t, "NX", "PX", ttl.Milliseconds()}
-	k.release = []any{releaseScript.hash, 1, n, t}
+	k.set = [5]any{n, t, "NX", "PX", ttl.Milliseconds()}
+	k.release = [4]any{releaseScript.hash, 1, n, t}
 	return k
 }
 

@@ -185,8 +185,10 @@ func (r *Redis) Close() error {
 // Acquire runs SET key token NX PX ttl, with k's prepared arguments when
 // ttl is k.TTL.
 func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error) {
-	args := k.set
-	if ttl != k.TTL || args == nil {
+	var args []any
+	if ttl == k.TTL && k.ready {
+		args = k.set[:]
+	} else {
 		args = []any{k.Name, k.Token, "NX", "PX", ttl.Milliseconds()}
 	}
 	reply, err := r.do(ctx, "acquire", "SET", args...)
@@ -209,8 +211,10 @@ func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, 
 
 // Release runs release.lua, with k's prepared arguments.
 func (r *Redis) Release(ctx context.Context, k *Key) (Status, error) {
-	args := k.release
-	if args == nil {
+	var args []any
+	if k.ready {
+		args = k.release[:]
+	} else {
 		args = []any{releaseScript.hash, 1, k.Name, k.Token}
 	}
 	return r.script(ctx, "release", releaseScript, args)

@@ -91,6 +91,32 @@ func TestExhaustive(t *testing.T) {
 	}
 }
 
+// TestBeyondInline samples patterns for clusters larger than a Round
+// holds inline (7 nodes), whose replies live in slices of their own.
+func TestBeyondInline(t *testing.T) {
+	for _, n := range []int{8, 9, 11} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			nodes := fakeNodes(n)
+			errs := make([]error, n)
+			for i := range errs {
+				errs[i] = fmt.Errorf("%s: boom", addrOf(i))
+			}
+			// About 600 masks at an odd stride, so the low digits vary
+			// too; mask 0 (all ok) and the last (all slow) included.
+			total := 1 << (2 * n)
+			masks := []int{0, total - 1}
+			for mask := 1; mask < total; mask += total/600 | 1 {
+				masks = append(masks, mask)
+			}
+			for i, mask := range masks {
+				if _, ok := runPattern(t, nodes, errs, decode(mask, n), i%50 == 0); !ok {
+					return
+				}
+			}
+		})
+	}
+}
+
 // probeDelay is how long a dependent Wait must stay blocked before the
 // slow nodes are released.
 const probeDelay = 2 * time.Millisecond

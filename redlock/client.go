@@ -243,8 +243,15 @@ func (c *Client) hopeless(qe *QuorumError) bool {
 
 func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
 	cfg := c.cfg
-	for _, o := range opts {
-		o(&cfg)
+	if len(opts) > 0 {
+		// Options may keep the pointer they are given, so it must be a
+		// heap copy; without options cfg stays on the stack.
+		p := new(config)
+		*p = cfg
+		for _, o := range opts {
+			o(p)
+		}
+		cfg = *p
 	}
 	if key == "" {
 		return cfg, fmt.Errorf("%w: empty key", ErrInvalid)

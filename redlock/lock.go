@@ -222,15 +222,20 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // and is counted like any other node: a release sent while the SET is in
 // flight could be overtaken by it and leave the key behind for a TTL, and
 // a short extend still in flight could cut a later, longer one short. If
-// it had to wait, the node's call gets a fresh node timeout of its own
-// rather than what the wait left of the round's.
+// the wait left less than half a node timeout of the round's deadline,
+// the node's call gets a fresh node timeout of its own.
 func (l *Lock) after(ctx context.Context, prev *quorum.Round, i int) (context.Context, context.CancelFunc) {
-	if prev.Landed(i) {
-		return ctx, func() {}
+	if !prev.Landed(i) {
+		prev.Await(i)
+		// Context deadlines are on the real clock, whatever l's clock.
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) < l.timeout/2 {
+			return context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+		}
 	}
-	prev.Await(i)
-	return context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	return ctx, noop
 }
+
+func noop() {}
 
 func (l *Lock) notHeld(op, why string) error {
 	return fmt.Errorf("redlock: %s %q: %s: %w", op, l.k.Name, why, ErrNotHeld)
