@@ -17,7 +17,9 @@ var (
 	// ErrUnreachable: no connection could be made (refused, no route,
 	// unknown host).
 	ErrUnreachable = errors.New("node unreachable")
-	// ErrAuth: the node refused the credentials (WRONGPASS, NOAUTH).
+	// ErrAuth: the node refused the credentials (WRONGPASS, NOAUTH) or
+	// what they allow (NOPERM: an ACL user without the command or key).
+	// Retrying cannot help.
 	ErrAuth = errors.New("node rejected the credentials")
 	// ErrProtocol: the peer did not speak the Redis protocol; the address
 	// is probably not a Redis server.
@@ -88,7 +90,7 @@ func classify(err error) error {
 	case msg == "redigo: get on closed pool":
 		// Close raced a call past its closed check.
 		return ErrClosed
-	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "NOPERM"),
 		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "ERR AUTH"):
 		return ErrAuth
 	case strings.HasPrefix(msg, "redigo: ") && !strings.Contains(msg, "connection pool"):

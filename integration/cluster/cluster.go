@@ -66,6 +66,10 @@ type Options struct {
 	// Image is the docker image. Default $REDIS_IMAGE, else
 	// quorumlock/redis:7-local.
 	Image string
+	// NodeArgs, if set, returns extra redis-server arguments for node i
+	// (e.g. a TLS port). Process backend only; the plain port stays open
+	// for the harness.
+	NodeArgs func(i int) []string
 }
 
 // Cluster is a set of Redis masters behind toxiproxies.

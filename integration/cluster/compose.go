@@ -62,6 +62,9 @@ func StartCompose(ctx context.Context, o Options) (*Compose, error) {
 	if o.Nodes != 0 && o.Nodes != composeNodes {
 		return nil, fmt.Errorf("cluster: compose backend has exactly %d nodes (docker-compose.yml), not %d", composeNodes, o.Nodes)
 	}
+	if o.NodeArgs != nil {
+		return nil, errors.New("cluster: NodeArgs is for the process backend only")
+	}
 	if o.Persist {
 		return nil, errors.New("cluster: compose backend cannot persist: docker-compose.yml runs redis with --appendonly no")
 	}

@@ -166,6 +166,9 @@ func StartDocker(ctx context.Context, o Options) (Backend, error) {
 }
 
 func startDocker(ctx context.Context, o Options) (*Docker, error) {
+	if o.NodeArgs != nil {
+		return nil, errors.New("cluster: NodeArgs is for the process backend only")
+	}
 	began := time.Now()
 	disableReaper()
 	if o.Nodes <= 0 {

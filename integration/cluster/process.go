@@ -17,9 +17,10 @@ import (
 
 // Processes is a Backend of local redis-server processes on loopback.
 type Processes struct {
-	bin     string
-	dir     string
-	persist bool
+	bin      string
+	dir      string
+	persist  bool
+	nodeArgs func(i int) []string
 
 	mu    sync.Mutex
 	ports []int
@@ -51,7 +52,7 @@ func StartProcesses(ctx context.Context, o Options) (*Processes, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Processes{bin: bin, dir: dir, persist: o.Persist}
+	p := &Processes{bin: bin, dir: dir, persist: o.Persist, nodeArgs: o.NodeArgs}
 	for i := 0; i < o.Nodes; i++ {
 		addr, err := freePort()
 		if err != nil {
@@ -111,6 +112,9 @@ func (p *Processes) Start(ctx context.Context, i int) error {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	if p.nodeArgs != nil {
+		args = append(args, p.nodeArgs(i)...)
 	}
 	cmd := exec.Command(p.bin, args...)
 	// Own process group: a Ctrl-C to the test binary must not reach it

@@ -1,0 +1,170 @@
+package integration_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/integration/cluster"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// lockACL is the least a lock client needs on a node: SET NX PX, the
+// scripts (EVALSHA, and EVAL after a restart emptied the script cache)
+// and the commands they run, and PING for idle-connection checks, on
+// the lock keys only. The README shows the same rule.
+var lockACL = []string{"on", "resetkeys", "~lk:*", "resetchannels", "-@all",
+	"+set", "+get", "+del", "+pexpire", "+pttl", "+eval", "+evalsha", "+ping"}
+
+// TestTLSAndACL runs the lock over rediss:// with an ACL user limited to
+// lockACL, against three redis-server processes serving TLS with a
+// certificate made here. It also checks that a wrong password, a key
+// outside the user's pattern and an untrusted certificate each fail with
+// a clear error that does not carry the password.
+func TestTLSAndACL(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	roots := writeSelfSigned(t, dir)
+	tlsPorts := make([]int, 3)
+	for i := range tlsPorts {
+		tlsPorts[i] = freeLoopbackPort(t)
+	}
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, Backend: "process", NodeArgs: func(i int) []string {
+		return []string{
+			"--tls-port", strconv.Itoa(tlsPorts[i]),
+			"--tls-cert-file", filepath.Join(dir, "cert.pem"),
+			"--tls-key-file", filepath.Join(dir, "key.pem"),
+			"--tls-ca-cert-file", filepath.Join(dir, "cert.pem"),
+			"--tls-auth-clients", "no",
+		}
+	}})
+	require.NoError(t, err, "Debian's redis-server is built with TLS")
+	defer c.Close()
+	for i := range tlsPorts {
+		args := append([]any{"SETUSER", "locker"}, anys(lockACL)...)
+		_, err := c.Direct(i).Command(ctx, "ACL", append(args, ">s3cret-pw")...)
+		require.NoError(t, err)
+	}
+
+	urls := func(userinfo string) []string {
+		out := make([]string, len(tlsPorts))
+		for i, p := range tlsPorts {
+			out[i] = "rediss://" + userinfo + "@127.0.0.1:" + strconv.Itoa(p)
+		}
+		return out
+	}
+	trusted := redlock.WithNodeOptions(node.Options{TLSConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}})
+	timeout := redlock.WithNodeTimeout(time.Second) // TLS handshakes under -race
+
+	good, err := redlock.Dial(urls("locker:s3cret-pw"), trusted, timeout)
+	require.NoError(t, err)
+	defer good.Close()
+	l, err := good.TryLock(ctx, "lk:tls")
+	require.NoError(t, err)
+	// TryLock returns at a quorum; the last node's SET may still be on
+	// its way.
+	holds := func(token string) func() bool {
+		return func() bool {
+			for i := range tlsPorts {
+				info, err := c.Direct(i).Inspect(ctx, "lk:tls")
+				if err != nil || info.Token != token {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, holds(l.Token()), 2*time.Second, 10*time.Millisecond, "every node holds the token")
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, holds(""), 2*time.Second, 10*time.Millisecond, "every node released the key")
+
+	// A key outside ~lk:*: every node refuses, and Lock does not retry.
+	_, err = good.Lock(ctx, "other:tls")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.ErrorIs(t, err, node.ErrAuth, "%v", err)
+	assert.Contains(t, err.Error(), "NOPERM")
+
+	wrong, err := redlock.Dial(urls("locker:wrong-pw"), trusted, timeout)
+	require.NoError(t, err)
+	defer wrong.Close()
+	_, err = wrong.Lock(ctx, "lk:tls")
+	require.ErrorIs(t, err, node.ErrAuth, "%v", err)
+	assert.NotContains(t, err.Error(), "wrong-pw")
+
+	untrusted, err := redlock.Dial(urls("locker:s3cret-pw"), timeout)
+	require.NoError(t, err)
+	defer untrusted.Close()
+	_, err = untrusted.TryLock(ctx, "lk:tls")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "certificate", "%v", err)
+	assert.NotContains(t, err.Error(), "s3cret-pw")
+
+	left, err := c.Keys(ctx, "*")
+	require.NoError(t, err)
+	for i, ks := range left {
+		assert.Empty(t, ks, "node %d", i)
+	}
+}
+
+// writeSelfSigned writes cert.pem and key.pem for 127.0.0.1 into dir and
+// returns a pool that trusts the certificate.
+func writeSelfSigned(t *testing.T, dir string) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "redlock test node"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
+}
+
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
