@@ -92,9 +92,10 @@ func listen(t *testing.T, serve func(net.Conn)) string {
 	return ln.Addr().String()
 }
 
-func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
-	// Accepts and reads, never answers.
-	addr := listen(t, func(c net.Conn) {
+// silent starts a loopback server that accepts and reads, never answers.
+func silent(t *testing.T) string {
+	t.Helper()
+	return listen(t, func(c net.Conn) {
 		buf := make([]byte, 512)
 		for {
 			if _, err := c.Read(buf); err != nil {
@@ -102,7 +103,15 @@ func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
 			}
 		}
 	})
-	r, err := node.Dial("redis://"+addr, node.Options{Timeout: 10 * time.Second})
+}
+
+// acquireSilent runs one Acquire on a node at url (a silent server) with
+// a 10 s node timeout and a 100 ms context, and checks that the context's
+// deadline, not the node timeout nor a socket or handshake timeout, ended
+// the call. It returns the call's error.
+func acquireSilent(t *testing.T, url string) error {
+	t.Helper()
+	r, err := node.Dial(url, node.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -110,39 +119,26 @@ func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
 	st, err := r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
 	assert.Equal(t, node.Unknown, st)
 	require.ErrorIs(t, err, node.ErrTimeout)
+	dl, _ := ctx.Deadline()
+	assert.WithinDuration(t, dl, time.Now(), 2*time.Second, "the call outlived its deadline")
+	return err
+}
+
+func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
+	addr := silent(t)
+	err := acquireSilent(t, "redis://"+addr)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "a node timeout must not look like the caller's context ending")
 	var ne *node.Error
 	require.True(t, errors.As(err, &ne))
 	assert.Equal(t, "acquire", ne.Op)
 	assert.Equal(t, addr, ne.Addr)
-	// The ctx deadline, not the 10 s node timeout nor a socket timeout,
-	// ended the call.
-	dl, _ := ctx.Deadline()
-	assert.WithinDuration(t, dl, time.Now(), 2*time.Second)
 }
 
 // TestTLSHandshakeCostsTheDeadlineOnly: a rediss:// node that accepts
 // and never answers the TLS handshake costs the call's deadline, not the
 // 10 s handshake timeout redigo would apply on its own.
 func TestTLSHandshakeCostsTheDeadlineOnly(t *testing.T) {
-	addr := listen(t, func(c net.Conn) {
-		buf := make([]byte, 512)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				return
-			}
-		}
-	})
-	r, err := node.Dial("rediss://"+addr, node.Options{Timeout: 10 * time.Second})
-	require.NoError(t, err)
-	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	st, err := r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
-	assert.Equal(t, node.Unknown, st)
-	require.ErrorIs(t, err, node.ErrTimeout)
-	dl, _ := ctx.Deadline()
-	assert.WithinDuration(t, dl, time.Now(), 2*time.Second, "the handshake outlived the call's deadline")
+	acquireSilent(t, "rediss://"+silent(t))
 }
 
 func TestNotRedis(t *testing.T) {

@@ -62,11 +62,7 @@ func TestExhaustive(t *testing.T) {
 	const chunk = 2048 // patterns per parallel subtest
 	for n := 1; n <= 7; n++ {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			nodes := fakeNodes(n)
-			errs := make([]error, n)
-			for i := range errs {
-				errs[i] = fmt.Errorf("%s: boom", addrOf(i))
-			}
+			nodes, errs := fakeNodes(n), nodeErrors(n)
 			total := 1 << (2 * n)
 			for from := 0; from < total; from += chunk {
 				to := min(from+chunk, total)
@@ -96,11 +92,7 @@ func TestExhaustive(t *testing.T) {
 func TestBeyondInline(t *testing.T) {
 	for _, n := range []int{8, 9, 11} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			nodes := fakeNodes(n)
-			errs := make([]error, n)
-			for i := range errs {
-				errs[i] = fmt.Errorf("%s: boom", addrOf(i))
-			}
+			nodes, errs := fakeNodes(n), nodeErrors(n)
 			// About 600 masks at an odd stride, so the low digits vary
 			// too; mask 0 (all ok) and the last (all slow) included.
 			total := 1 << (2 * n)
@@ -115,6 +107,15 @@ func TestBeyondInline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nodeErrors returns node i's error for each of n nodes.
+func nodeErrors(n int) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = fmt.Errorf("%s: boom", addrOf(i))
+	}
+	return errs
 }
 
 // probeDelay is how long a dependent Wait must stay blocked before the

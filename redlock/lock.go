@@ -113,13 +113,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= l.timeout {
 		return fmt.Errorf("%w: TTL %v must be above the node timeout %v", ErrInvalid, ttl, l.timeout)
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
-	c, k := l.c, l.k
-	if !c.enter() {
+	if !l.begin() {
 		return ErrClosed
 	}
-	defer c.exit()
+	defer l.end()
+	c, k := l.c, l.k
 	// Keys that take the new TTL expire no sooner than start + ttl, and
 	// may expire then even if the extend fails or ttl is shorter than
 	// what was left: Until must not promise more while the call runs.
@@ -136,14 +134,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	case left <= 0:
 		return l.notHeld("extend", "validity ran out")
 	}
-	prev := l.prev
-	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
-		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			ctx, cancel := l.after(ctx, prev, i)
-			defer cancel()
-			return n.Extend(ctx, k, ttl)
-		})
-	l.prev = r
+	r := l.send(ctx, ttl)
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
 	newUntil := clock.Until(r.Started(), ttl, l.drift)
@@ -180,13 +171,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNilLock
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
-	c, k := l.c, l.k
-	if !c.enter() {
+	if !l.begin() {
 		return ErrClosed
 	}
-	defer c.exit()
+	defer l.end()
+	c, k := l.c, l.k
 	l.mu.Lock()
 	released, expired := l.released, l.left() <= 0
 	l.released = true // TTL is 0 from now on, whatever the nodes say
@@ -194,14 +183,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if released {
 		return l.notHeld("unlock", "already unlocked")
 	}
-	prev := l.prev
-	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
-		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			ctx, cancel := l.after(ctx, prev, i)
-			defer cancel()
-			return n.Release(ctx, k)
-		})
-	l.prev = r
+	r := l.send(ctx, 0)
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
 	case expired:
@@ -214,6 +196,42 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		qe.sentinel = ErrNotHeld
 	}
 	return qe
+}
+
+// begin starts an Extend or Unlock: it takes op and enters the client,
+// and reports false (holding neither) once the client is closed. end
+// undoes a successful begin.
+func (l *Lock) begin() bool {
+	l.op.Lock()
+	if !l.c.enter() {
+		l.op.Unlock()
+		return false
+	}
+	return true
+}
+
+func (l *Lock) end() {
+	l.c.exit()
+	l.op.Unlock()
+}
+
+// send fans an extend to ttl (ttl > 0) or a release (ttl == 0) of the
+// lock out to every node, each node's call sent after its call in the
+// lock's previous round, and makes the new round the previous one. The
+// caller holds op and has entered the client.
+func (l *Lock) send(ctx context.Context, ttl time.Duration) *quorum.Round {
+	c, k, prev := l.c, l.k, l.prev
+	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
+		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
+			ctx, cancel := l.after(ctx, prev, i)
+			defer cancel()
+			if ttl > 0 {
+				return n.Extend(ctx, k, ttl)
+			}
+			return n.Release(ctx, k)
+		})
+	l.prev = r
+	return r
 }
 
 // after waits until node i has answered its call in prev, the lock's

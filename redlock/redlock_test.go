@@ -618,10 +618,7 @@ func TestClosedClient(t *testing.T) {
 // every operation either completes or returns ErrClosed.
 func TestCloseWhileLocking(t *testing.T) {
 	for range 20 {
-		clk := clock.NewFake(epoch)
-		fakes := newFakes(3, clk)
-		c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithNodeTimeout(500*time.Millisecond))
-		require.NoError(t, err)
+		_, _, c := setup(t, 3) // its cleanup closes c once more
 		var wg sync.WaitGroup
 		for g := range 4 {
 			wg.Add(1)
