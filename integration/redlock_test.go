@@ -115,6 +115,14 @@ func TestExtendAndUnlockOnRealNodes(t *testing.T) {
 		info, err := shared.Direct(i).Inspect(ctx, p+"k")
 		return err == nil && info.Token == l.Token() && info.TTL > 4*time.Second
 	})
+	// A shorter extend shortens Until, never a key on a node.
+	require.NoError(t, l.Extend(ctx, 2*time.Second))
+	assert.Less(t, l.TTL(), 2*time.Second)
+	for i := 0; i < shared.Size(); i++ {
+		info, err := shared.Direct(i).Inspect(ctx, p+"k")
+		require.NoError(t, err)
+		assert.Greater(t, info.TTL, 3*time.Second, "node %d shortened the key", i)
+	}
 	require.NoError(t, l.Unlock(ctx))
 	everyNode(t, func(i int) bool {
 		info, err := shared.Direct(i).Inspect(ctx, p+"k")

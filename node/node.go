@@ -97,8 +97,9 @@ type Node interface {
 	// set, Taken if it already existed. ttl is normally k.TTL.
 	Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error)
 
-	// Extend sets the key's TTL to ttl if it still holds k.Token: Done,
-	// Taken (another token) or Absent.
+	// Extend makes the key live at least ttl more if it still holds
+	// k.Token, never shortening it: Done, Taken (another token) or
+	// Absent. Never shortening keeps a late, stale extend harmless.
 	Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, error)
 
 	// Release deletes the key if it still holds k.Token: Done, Taken or

@@ -158,6 +158,30 @@ func (r *Round) Await(i int) Reply {
 	return r.landed[i]
 }
 
+// AwaitContext is Await that gives up when ctx ends, returning ctx's
+// error. It may be called from any goroutine.
+func (r *Round) AwaitContext(ctx context.Context, i int) (Reply, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.landedAt[i] {
+		// Wake the wait below when ctx ends; only this slow path pays
+		// for it.
+		stop := context.AfterFunc(ctx, func() {
+			r.mu.Lock()
+			r.cond.Broadcast()
+			r.mu.Unlock()
+		})
+		defer stop()
+		for !r.landedAt[i] {
+			if err := ctx.Err(); err != nil {
+				return Reply{}, err
+			}
+			r.cond.Wait()
+		}
+	}
+	return r.landed[i], nil
+}
+
 // Landed reports whether node i's call has returned, without waiting.
 func (r *Round) Landed(i int) bool {
 	r.mu.Lock()

@@ -639,3 +639,43 @@ func TestAwait(t *testing.T) {
 	r.WaitAll()
 	assert.Equal(t, node.Taken, r.Replies[2].Status)
 }
+
+// TestAwaitContext: AwaitContext returns a landed reply at once, gives up
+// with ctx's error when ctx ends first, and otherwise waits like Await.
+func TestAwaitContext(t *testing.T) {
+	nodes := fakeNodes(3)
+	g := newGate()
+	r := quorum.Start(context.Background(), clock.Real{}, nil, nodes, time.Second,
+		func(ctx context.Context, i int, _ node.Node) (node.Status, error) {
+			if i == 2 {
+				<-g.wait()
+				return node.Taken, nil
+			}
+			return node.Done, nil
+		})
+	require.True(t, r.Wait(nil, 2).Reached)
+	rep, err := r.AwaitContext(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, node.Done, rep.Status)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gave := make(chan error, 1)
+	go func() {
+		_, err := r.AwaitContext(ctx, 2)
+		gave <- err
+	}()
+	notYet(t, gave, 30*time.Millisecond, "AwaitContext(2) before node 2 returned or ctx ended")
+	cancel()
+	assert.ErrorIs(t, recv(t, gave, "AwaitContext after cancel"), context.Canceled)
+
+	got := make(chan quorum.Reply, 1)
+	go func() {
+		rep, err := r.AwaitContext(context.Background(), 2)
+		assert.NoError(t, err)
+		got <- rep
+	}()
+	notYet(t, got, 30*time.Millisecond, "AwaitContext(2) before node 2 returned")
+	g.open()
+	assert.Equal(t, node.Taken, recv(t, got, "AwaitContext(2)").Status)
+	r.WaitAll()
+}

@@ -272,7 +272,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *
 	defer c.exit()
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
-		return nil, notStarted("acquire", key, c, ctx), nil
+		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired), nil
 	}
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.

@@ -83,12 +83,12 @@ func newQuorumError(op, key string, need int, r *quorum.Round, sentinel error, c
 
 // notStarted is the error of an operation that sent nothing because ctx
 // had already ended.
-func notStarted(op, key string, c *Client, ctx context.Context) *QuorumError {
+func notStarted(op, key string, c *Client, ctx context.Context, sentinel error) *QuorumError {
 	replies := make([]quorum.Reply, len(c.nodes))
 	for i, n := range c.nodes {
 		replies[i] = quorum.Reply{Node: i, Addr: n.Addr()}
 	}
-	return newQuorumErrorOf(op, key, c.quorum, replies, ErrNotAcquired, ctx)
+	return newQuorumErrorOf(op, key, c.quorum, replies, sentinel, ctx)
 }
 
 func newQuorumErrorOf(op, key string, need int, replies []quorum.Reply, sentinel error, ctx context.Context) *QuorumError {

@@ -138,7 +138,9 @@ func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (
 	case e.token != token:
 		return node.Taken, nil
 	}
-	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
+	if until := f.clk.Now().Add(ttl); until.After(e.until) { // never shortens, as extend.lua
+		f.keys[key] = entry{token: token, until: until}
+	}
 	return node.Done, nil
 }
 

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -23,12 +24,8 @@ type Lock struct {
 	// op serialises Extend and Unlock, which hold it while they wait on
 	// the nodes (at most about one node timeout). prev, guarded by op, is
 	// the last round that sent commands for this lock, the acquire at
-	// first: a node's next command waits until its command there has
-	// returned, so each node applies this lock's commands in the order
-	// they were issued. Otherwise a release sent while the SET is in
-	// flight, or a short extend left running behind a longer one, could
-	// land last and leave a key that outlives, or dies before, what Until
-	// promises.
+	// first: a node's next command waits for its call there to return
+	// (see errPrevPending).
 	op   sync.Mutex
 	prev *quorum.Round
 
@@ -87,10 +84,12 @@ func (l *Lock) left() time.Duration {
 	return max(0, -l.c.clk.Since(l.until))
 }
 
-// Extend resets the lock's TTL to ttl on the nodes that still hold its
-// token. It succeeds only if a majority did so before the current validity
-// ran out; Until then moves to the start of the call plus ttl minus drift,
-// which leaves a validity of ttl minus the call's duration minus drift.
+// Extend makes the lock's keys live at least ttl more on the nodes that
+// still hold its token (a node never shortens a key: a late, stale extend
+// must not undo a newer one). It succeeds only if a majority did so before
+// the current validity ran out; Until then moves to the start of the call
+// plus ttl minus drift, which leaves a validity of ttl minus the call's
+// duration minus drift — also when ttl is shorter than what was left.
 //
 // Errors: ErrNotHeld when the lock had expired, was unlocked, or a
 // majority no longer holds the token; ErrInvalid for ttl <= 0; ErrClosed
@@ -123,8 +122,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	// what was left: Until must not promise more while the call runs.
 	bound := clock.Until(c.clk.Now(), ttl, l.drift)
 	l.mu.Lock()
-	released, left := l.released, l.left()
-	if left > 0 && bound.Before(l.until) {
+	released, left, ended := l.released, l.left(), ctx.Err() != nil
+	if !ended && left > 0 && bound.Before(l.until) {
 		l.until = bound
 	}
 	l.mu.Unlock()
@@ -133,6 +132,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.notHeld("extend", "already unlocked")
 	case left <= 0:
 		return l.notHeld("extend", "validity ran out")
+	case ended:
+		// Nothing is sent for a context that has already ended; the lock
+		// holds as before.
+		return notStarted("extend", k.Name, c, ctx, nil)
 	}
 	r := l.send(ctx, ttl)
 	t := r.Wait(ctx.Done(), c.quorum)
@@ -223,8 +226,11 @@ func (l *Lock) send(ctx context.Context, ttl time.Duration) *quorum.Round {
 	c, k, prev := l.c, l.k, l.prev
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			ctx, cancel := l.after(ctx, prev, i)
-			defer cancel()
+			if !prev.Landed(i) {
+				if _, err := prev.AwaitContext(ctx, i); err != nil {
+					return node.Unknown, &node.Error{Addr: n.Addr(), Op: opName(ttl), Kind: node.ErrTimeout, Err: errPrevPending}
+				}
+			}
 			if ttl > 0 {
 				return n.Extend(ctx, k, ttl)
 			}
@@ -234,26 +240,26 @@ func (l *Lock) send(ctx context.Context, ttl time.Duration) *quorum.Round {
 	return r
 }
 
-// after waits until node i has answered its call in prev, the lock's
-// previous round (a call bounded by the node timeout, so this wait is
-// too), so that a command reaches the node after the one issued before it
-// and is counted like any other node: a release sent while the SET is in
-// flight could be overtaken by it and leave the key behind for a TTL, and
-// a short extend still in flight could cut a later, longer one short. If
-// the wait left less than half a node timeout of the round's deadline,
-// the node's call gets a fresh node timeout of its own.
-func (l *Lock) after(ctx context.Context, prev *quorum.Round, i int) (context.Context, context.CancelFunc) {
-	if !prev.Landed(i) {
-		prev.Await(i)
-		// Context deadlines are on the real clock, whatever l's clock.
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) < l.timeout/2 {
-			return context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
-		}
-	}
-	return ctx, noop
-}
+// errPrevPending fails a node's call that was never sent: the node had
+// not answered the lock's previous command by the end of this round.
+//
+// Each node applies a lock's commands in the order they were issued: a
+// command waits until the node's call in the previous round returned. A
+// release sent while the SET is in flight could be overtaken by it and
+// leave the key behind for a TTL. The wait, like the call, ends with the
+// round's deadline; a command still waiting then is not sent at all, so
+// commands queued behind a silent node never form a chain that outlives
+// a node timeout. (A command whose call timed out may still reach the
+// node later; extend.lua never shortens a key, so a stale extend is
+// harmless.)
+var errPrevPending = errors.New("the previous command for this lock had not returned; not sent")
 
-func noop() {}
+func opName(ttl time.Duration) string {
+	if ttl > 0 {
+		return "extend"
+	}
+	return "release"
+}
 
 func (l *Lock) notHeld(op, why string) error {
 	return fmt.Errorf("redlock: %s %q: %s: %w", op, l.k.Name, why, ErrNotHeld)

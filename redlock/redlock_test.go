@@ -92,10 +92,10 @@ func TestSlowAcquireKeepsItsValidity(t *testing.T) {
 	}
 	l, err := c.TryLock(context.Background(), "slow")
 	require.NoError(t, err)
-	elapsed := clk.Since(epoch)
-	require.GreaterOrEqual(t, elapsed, 400*time.Millisecond, "the quorum took two slow replies")
-	assert.Equal(t, time.Second-elapsed-12*time.Millisecond, l.TTL())
-	assert.Positive(t, l.TTL())
+	// The quorum took two 200ms replies (the third may land too).
+	assert.Equal(t, epoch.Add(time.Second-12*time.Millisecond), l.Until(), "start + ttl - drift")
+	assert.GreaterOrEqual(t, clk.Since(epoch), 400*time.Millisecond)
+	assert.Positive(t, l.TTL(), "elapsed was subtracted twice")
 	for _, f := range fakes {
 		f.setBefore(nil)
 	}
@@ -321,6 +321,21 @@ func TestExtend(t *testing.T) {
 		assert.GreaterOrEqual(t, extended, 3, "a majority took the new TTL before Extend returned")
 		require.NoError(t, l.Unlock(ctx))
 	})
+	t.Run("a shorter ttl shortens Until, never a key", func(t *testing.T) {
+		fakes, clk, c := setup(t, 3)
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, l.Extend(ctx, time.Second))
+		assert.Equal(t, time.Second-12*time.Millisecond, l.TTL(), "Until follows the ttl asked for")
+		require.Eventually(t, func() bool {
+			return fakes[0].count("extend returned")+fakes[1].count("extend returned")+fakes[2].count("extend returned") == 3
+		},
+			time.Second, time.Millisecond)
+		clk.Advance(5 * time.Second)
+		assert.Equal(t, 3, holders(fakes, "k", l.Token()), "the keys keep their 10s")
+		clk.Advance(5 * time.Second)
+		assert.Zero(t, holders(fakes, "k", l.Token()))
+	})
 	t.Run("expired is not held", func(t *testing.T) {
 		_, clk, c := setup(t, 5, redlock.WithTTL(time.Second))
 		l, err := c.TryLock(ctx, "k")
@@ -477,6 +492,30 @@ func TestExtendsApplyInOrder(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
+// TestSilentNodeBuildsNoChain: extends issued faster than a silent node
+// times out must not queue up behind each other, each with a timeout of
+// its own: every round's calls end with that round's deadline, so Close
+// (which waits for them all) returns within about one node timeout of
+// the last Extend, not one per Extend.
+func TestSilentNodeBuildsNoChain(t *testing.T) {
+	const timeout, extends = 10 * time.Millisecond, 100
+	ctx := context.Background()
+	fakes, _, c := setup(t, 3, redlock.WithNodeTimeout(timeout))
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	never := make(chan struct{})
+	defer close(never)
+	fakes[2].setBefore(gate("extend", never))
+	for range extends {
+		require.NoError(t, l.Extend(ctx, time.Minute))
+	}
+	last := time.Now()
+	require.NoError(t, c.Close())
+	// A chain would take at least extends × timeout (1 s); the bound is
+	// half that, so scheduling noise cannot make this pass or fail.
+	assert.Less(t, time.Since(last), extends/2*timeout, "calls queued behind the silent node")
+}
+
 // TestTTLDoesNotWaitForExtend: TTL answers while an Extend waits on the
 // nodes, and already reports no more than the new, shorter TTL allows.
 func TestTTLDoesNotWaitForExtend(t *testing.T) {
@@ -557,6 +596,7 @@ func TestBadInput(t *testing.T) {
 		{"nil node", []node.Node{fakes[0], nil}, nil},
 		{"zero ttl", fakes, []redlock.Option{redlock.WithTTL(0)}},
 		{"negative ttl", fakes, []redlock.Option{redlock.WithTTL(-time.Second)}},
+		{"sub-millisecond ttl", fakes, []redlock.Option{redlock.WithTTL(time.Second + 500*time.Microsecond)}},
 		{"negative drift", fakes, []redlock.Option{redlock.WithDriftFactor(-0.1)}},
 		{"drift too big", fakes, []redlock.Option{redlock.WithDriftFactor(0.5)}},
 		{"quorum below majority", fakes, []redlock.Option{redlock.WithQuorum(1)}},
@@ -579,6 +619,9 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrInvalid)
 	_, err = c.Lock(context.Background(), "k", redlock.TTL(0))
 	assert.ErrorIs(t, err, redlock.ErrInvalid)
+	_, err = c.TryLock(context.Background(), "k", redlock.TTL(1500*time.Microsecond))
+	assert.ErrorIs(t, err, redlock.ErrInvalid)
+	assert.Contains(t, err.Error(), "whole number of milliseconds")
 	for _, f := range fakes {
 		assert.Zero(t, f.(*fakeNode).count("acquire"), "bad input sends nothing")
 	}
@@ -655,8 +698,29 @@ func TestEndedContextSendsNothing(t *testing.T) {
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.Len(t, qe.Replies, 3)
+	require.NoError(t, c.Close()) // every call that was started has run
 	for _, f := range fakes {
 		assert.Zero(t, f.count("acquire")+f.count("release"), "traffic for an ended context")
+	}
+}
+
+// TestExtendWithEndedContextSendsNothing: the lock holds as before and
+// the error says the context ended, not that the lock is lost.
+func TestExtendWithEndedContextSendsNothing(t *testing.T) {
+	fakes, _, c := setup(t, 3)
+	l, err := c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	until := l.Until()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = l.Extend(ctx, time.Second)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, redlock.ErrNotHeld)
+	assert.Equal(t, until, l.Until(), "Until moved for an extend that was never sent")
+	require.NoError(t, l.Unlock(context.Background()))
+	require.NoError(t, c.Close())
+	for _, f := range fakes {
+		assert.Zero(t, f.count("extend"), "traffic for an ended context")
 	}
 }
 
