@@ -100,6 +100,7 @@ func TestTLSAndACL(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.ErrorIs(t, err, node.ErrAuth, "%v", err)
 	assert.Contains(t, err.Error(), "NOPERM")
+	assert.Equal(t, 1, attempts(t, err), "NOPERM is not retried")
 
 	wrong, err := redlock.Dial(urls("locker:wrong-pw"), trusted, timeout)
 	require.NoError(t, err)
@@ -107,14 +108,17 @@ func TestTLSAndACL(t *testing.T) {
 	_, err = wrong.Lock(ctx, "lk:tls")
 	require.ErrorIs(t, err, node.ErrAuth, "%v", err)
 	assert.NotContains(t, err.Error(), "wrong-pw")
+	assert.Equal(t, 1, attempts(t, err), "a wrong password is not retried")
 
 	untrusted, err := redlock.Dial(urls("locker:s3cret-pw"), timeout)
 	require.NoError(t, err)
 	defer untrusted.Close()
-	_, err = untrusted.TryLock(ctx, "lk:tls")
+	_, err = untrusted.Lock(ctx, "lk:tls")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.ErrorIs(t, err, node.ErrTLS, "%v", err)
 	assert.Contains(t, err.Error(), "certificate", "%v", err)
 	assert.NotContains(t, err.Error(), "s3cret-pw")
+	assert.Equal(t, 1, attempts(t, err), "an untrusted certificate is not retried")
 
 	left, err := c.Keys(ctx, "*")
 	require.NoError(t, err)
@@ -159,6 +163,13 @@ func freeLoopbackPort(t *testing.T) int {
 	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func attempts(t *testing.T, err error) int {
+	t.Helper()
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	return qe.Attempts
 }
 
 func anys(ss []string) []any {

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -21,8 +23,12 @@ var (
 	// what they allow (NOPERM: an ACL user without the command or key).
 	// Retrying cannot help.
 	ErrAuth = errors.New("node rejected the credentials")
-	// ErrProtocol: the peer did not speak the Redis protocol; the address
-	// is probably not a Redis server.
+	// ErrTLS: the TLS handshake was refused: the node's certificate is
+	// not trusted or not for this host, or the node refused ours.
+	// Retrying cannot help.
+	ErrTLS = errors.New("TLS handshake refused")
+	// ErrProtocol: the peer did not speak the Redis protocol (or, for
+	// rediss://, TLS); the address is probably not a Redis server.
 	ErrProtocol = errors.New("peer does not speak the Redis protocol")
 	// ErrBadURL: a node URL could not be parsed. No connection was tried.
 	ErrBadURL = errors.New("malformed node URL")
@@ -84,6 +90,12 @@ func classify(err error) error {
 		return ErrTimeout
 	case errors.As(err, &op) && op.Op == "dial":
 		return ErrUnreachable
+	case errors.As(err, new(*tls.CertificateVerificationError)), errors.As(err, new(x509.UnknownAuthorityError)),
+		errors.As(err, new(x509.HostnameError)), errors.As(err, new(x509.CertificateInvalidError)),
+		errors.As(err, new(tls.AlertError)):
+		return ErrTLS
+	case errors.As(err, new(tls.RecordHeaderError)):
+		return ErrProtocol
 	}
 	msg := err.Error()
 	switch {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -44,13 +46,21 @@ func TestParseURL(t *testing.T) {
 	}
 	// Passwords with characters that should have been percent-encoded
 	// break parsing in odd places; no piece of them may reach the error.
-	for _, bad := range []string{"redis://app:s3cr/et@h:6379", "redis://app:s3%zzet@h", "redis://app:6380/s3cret@h", "redis://app:s3c?ret@h", "redis://app:s3c#ret@h:1"} {
+	for _, bad := range []string{"redis://app:s3cr/et@h:6379", "redis://app:s3%zzet@h", "redis://app:6380/s3cret@h", "redis://app:s3c?ret@h", "redis://app:s3c#ret@h:1",
+		"redis://app:p@s3c/ret@h:6379"} {
 		_, err := node.ParseURL(bad)
 		require.ErrorIs(t, err, node.ErrBadURL, bad)
 		for _, piece := range []string{"s3c", "/et", "et@", "ret", "zz"} {
 			assert.NotContains(t, strings.TrimPrefix(err.Error(), node.ErrBadURL.Error()), piece, bad)
 		}
 		assert.Contains(t, err.Error(), "percent-encode", bad)
+	}
+	// A URL with credentials that parses but is wrong elsewhere: the bad
+	// part is not quoted either (it may be the tail of a password).
+	for _, bad := range []string{"redis://app:pw@h/s3cret", "redis://app:pw@h:s3c"} {
+		_, err := node.ParseURL(bad)
+		require.ErrorIs(t, err, node.ErrBadURL, bad)
+		assert.NotContains(t, err.Error(), "s3c", bad)
 	}
 }
 
@@ -139,6 +149,31 @@ func TestBlackholeCostsTheDeadlineOnly(t *testing.T) {
 // 10 s handshake timeout redigo would apply on its own.
 func TestTLSHandshakeCostsTheDeadlineOnly(t *testing.T) {
 	acquireSilent(t, "rediss://"+silent(t))
+}
+
+// TestTLSRefused: an untrusted certificate is ErrTLS, and a peer that
+// does not speak TLS to a rediss:// URL is ErrProtocol; neither is a
+// timeout.
+func TestTLSRefused(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	r, err := node.Dial("rediss://"+srv.Listener.Addr().String(), node.Options{})
+	require.NoError(t, err)
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
+	require.ErrorIs(t, err, node.ErrTLS, "%v", err)
+	assert.Contains(t, err.Error(), "certificate")
+
+	plain := listen(t, func(c net.Conn) {
+		_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+	})
+	p, err := node.Dial("rediss://"+plain, node.Options{})
+	require.NoError(t, err)
+	defer p.Close()
+	_, err = p.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
+	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 }
 
 func TestNotRedis(t *testing.T) {

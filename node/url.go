@@ -26,10 +26,19 @@ func ParseURL(raw string) (Endpoint, error) {
 	// A '@' that url.Parse did not take as the end of the userinfo means
 	// a password with an unencoded '/', '?', '#' or '%': the parse error
 	// or the misparsed path would quote part of it.
+	// Where the URL holds a '@' anywhere, no error quotes any part of it:
+	// url.Parse takes userinfo up to the last '@' before the first '/',
+	// so a password's misplaced '/' can land the rest of it in the path.
 	hasAt := strings.Contains(raw, "@")
 	u, err := url.Parse(raw)
-	if hasAt && (err != nil || u.User == nil) {
+	if hasAt && (err != nil || u.User == nil || strings.Contains(u.Path+u.RawQuery+u.Fragment, "@")) {
 		return e, fmt.Errorf("%w: %s", ErrBadURL, withheld)
+	}
+	show := func(s string) string {
+		if hasAt {
+			return "(not shown: the URL holds credentials)"
+		}
+		return strconv.Quote(s)
 	}
 	if err != nil {
 		// url.Error would quote the whole URL, password included.
@@ -57,7 +66,7 @@ func ParseURL(raw string) (Endpoint, error) {
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			return e, fmt.Errorf("%w: bad port %q", ErrBadURL, p)
+			return e, fmt.Errorf("%w: bad port %s", ErrBadURL, show(p))
 		}
 		e.Port = n
 	}
@@ -68,7 +77,7 @@ func ParseURL(raw string) (Endpoint, error) {
 	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
 		n, err := strconv.Atoi(db)
 		if err != nil || n < 0 {
-			return e, fmt.Errorf("%w: database must be a number, not %q", ErrBadURL, db)
+			return e, fmt.Errorf("%w: database must be a number, not %s", ErrBadURL, show(db))
 		}
 		e.DB = n
 	}

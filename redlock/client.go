@@ -142,7 +142,8 @@ func (c *Client) Quorum() int { return c.quorum }
 // expire. Lock, TryLock, Extend and Unlock called after Close fail with
 // ErrClosed. Close may be called more than once, from any goroutine;
 // every call returns once the client is closed, with the first call's
-// result.
+// result. It must not be called from the client's logger or from a
+// node.Node's methods: they run inside the operations Close waits for.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.life.Lock()
@@ -229,12 +230,12 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Loc
 }
 
 // hopeless reports whether so many nodes refused for reasons a retry
-// cannot change (bad credentials, not a Redis server) that the quorum is
-// out of reach.
+// cannot change (bad credentials or rights, an untrusted certificate, not
+// a Redis server) that the quorum is out of reach.
 func (c *Client) hopeless(qe *QuorumError) bool {
 	bad := 0
 	for _, r := range qe.Replies {
-		if errors.Is(r.Err, node.ErrAuth) || errors.Is(r.Err, node.ErrProtocol) || errors.Is(r.Err, node.ErrClosed) {
+		if errors.Is(r.Err, node.ErrAuth) || errors.Is(r.Err, node.ErrTLS) || errors.Is(r.Err, node.ErrProtocol) || errors.Is(r.Err, node.ErrClosed) {
 			bad++
 		}
 	}
