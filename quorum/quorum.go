@@ -53,11 +53,13 @@ type Round struct {
 	Replies []Reply
 
 	// landed holds every reply as its call returns, for Await; mu guards
-	// it and landedAt, cond signals a new entry.
+	// it, landedAt and waitCh. waitCh[i] is made by the first Await on a
+	// node whose call has not returned, and closed when it returns: only
+	// a wait costs a channel.
 	mu       sync.Mutex
-	cond     sync.Cond
 	landed   []Reply
 	landedAt []bool
+	waitCh   []chan struct{}
 
 	ch      chan Reply
 	got     int
@@ -67,11 +69,12 @@ type Round struct {
 	running atomic.Int32
 	cancel  context.CancelFunc
 
-	// Storage for Replies, landed and landedAt when there are at most
-	// inlineNodes nodes (the usual 3, 5 or 7), so that a round costs one
-	// allocation for its state instead of three.
+	// Storage for Replies, landed, landedAt and waitCh when there are at
+	// most inlineNodes nodes (the usual 3, 5 or 7), so that a round costs
+	// one allocation for its state instead of four.
 	inline   [2 * inlineNodes]Reply
 	inlineAt [inlineNodes]bool
+	inlineCh [inlineNodes]chan struct{}
 }
 
 // inlineNodes is how many nodes a Round holds without extra allocations.
@@ -95,12 +98,11 @@ func Start(ctx context.Context, clk clock.Clock, wg *sync.WaitGroup, nodes []nod
 	}
 	// One backing array for both views of the replies, inside the Round
 	// for the usual cluster sizes: fewer allocations on the hot path.
-	buf, at := r.inline[:], r.inlineAt[:]
+	buf, at, wch := r.inline[:], r.inlineAt[:], r.inlineCh[:]
 	if n > inlineNodes {
-		buf, at = make([]Reply, 2*n), make([]bool, n)
+		buf, at, wch = make([]Reply, 2*n), make([]bool, n), make([]chan struct{}, n)
 	}
-	r.Replies, r.landed, r.landedAt = buf[:n:n], buf[n:2*n], at[:n]
-	r.cond.L = &r.mu
+	r.Replies, r.landed, r.landedAt, r.waitCh = buf[:n:n], buf[n:2*n], at[:n], wch[:n]
 	for i, n := range nodes {
 		// Unanswered entries still name their node.
 		r.Replies[i] = Reply{Node: i, Addr: n.Addr()}
@@ -139,8 +141,10 @@ func (r *Round) run(ctx context.Context, i int, n node.Node, call Call) {
 	rep := Reply{Node: i, Addr: n.Addr(), Status: st, Err: err, Latency: r.clk.Since(r.start)}
 	r.mu.Lock()
 	r.landed[i], r.landedAt[i] = rep, true
+	if w := r.waitCh[i]; w != nil {
+		close(w)
+	}
 	r.mu.Unlock()
-	r.cond.Broadcast()
 	// ch has room for every node, so this never blocks.
 	r.ch <- rep
 }
@@ -150,35 +154,32 @@ func (r *Round) run(ctx context.Context, i int, n node.Node, call Call) {
 // from any goroutine, before or after Wait, and does not change Replies.
 // Late is never set on what it returns.
 func (r *Round) Await(i int) Reply {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for !r.landedAt[i] {
-		r.cond.Wait()
-	}
-	return r.landed[i]
+	rep, _ := r.AwaitContext(context.Background(), i)
+	return rep
 }
 
 // AwaitContext is Await that gives up when ctx ends, returning ctx's
 // error. It may be called from any goroutine.
 func (r *Round) AwaitContext(ctx context.Context, i int) (Reply, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.landedAt[i] {
-		// Wake the wait below when ctx ends; only this slow path pays
-		// for it.
-		stop := context.AfterFunc(ctx, func() {
-			r.mu.Lock()
-			r.cond.Broadcast()
-			r.mu.Unlock()
-		})
-		defer stop()
-		for !r.landedAt[i] {
-			if err := ctx.Err(); err != nil {
-				return Reply{}, err
-			}
-			r.cond.Wait()
-		}
+	if r.landedAt[i] {
+		rep := r.landed[i]
+		r.mu.Unlock()
+		return rep, nil
 	}
+	w := r.waitCh[i]
+	if w == nil {
+		w = make(chan struct{})
+		r.waitCh[i] = w
+	}
+	r.mu.Unlock()
+	select {
+	case <-w:
+	case <-ctx.Done():
+		return Reply{}, ctx.Err()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.landed[i], nil
 }
 

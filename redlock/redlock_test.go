@@ -498,7 +498,7 @@ func TestExtendsApplyInOrder(t *testing.T) {
 // (which waits for them all) returns within about one node timeout of
 // the last Extend, not one per Extend.
 func TestSilentNodeBuildsNoChain(t *testing.T) {
-	const timeout, extends = 10 * time.Millisecond, 100
+	const timeout, extends = 50 * time.Millisecond, 40
 	ctx := context.Background()
 	fakes, _, c := setup(t, 3, redlock.WithNodeTimeout(timeout))
 	l, err := c.TryLock(ctx, "k")
@@ -506,12 +506,20 @@ func TestSilentNodeBuildsNoChain(t *testing.T) {
 	never := make(chan struct{})
 	defer close(never)
 	fakes[2].setBefore(gate("extend", never))
+	granted := 0
 	for range extends {
-		require.NoError(t, l.Extend(ctx, time.Minute))
+		// On a loaded machine the fast nodes too may miss a round's
+		// deadline; that outcome is unknown, never "not held".
+		if err := l.Extend(ctx, time.Minute); err == nil {
+			granted++
+		} else {
+			assert.NotErrorIs(t, err, redlock.ErrNotHeld)
+		}
 	}
+	assert.Positive(t, granted)
 	last := time.Now()
 	require.NoError(t, c.Close())
-	// A chain would take at least extends × timeout (1 s); the bound is
+	// A chain would take at least extends × timeout (2 s); the bound is
 	// half that, so scheduling noise cannot make this pass or fail.
 	assert.Less(t, time.Since(last), extends/2*timeout, "calls queued behind the silent node")
 }
