@@ -100,8 +100,7 @@ func (l *Lock) left() time.Duration {
 //
 // Extend and Unlock on one Lock run one at a time (each waits on the nodes
 // for about one node timeout at most); TTL and Until never wait for them.
-// While Extend runs, Until is at most its start plus ttl minus drift,
-// since nodes may already hold the new TTL.
+// While Extend runs, Until is at most its start plus ttl minus drift.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNilLock
@@ -117,9 +116,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer l.end()
 	c, k := l.c, l.k
-	// Keys that take the new TTL expire no sooner than start + ttl, and
-	// may expire then even if the extend fails or ttl is shorter than
-	// what was left: Until must not promise more while the call runs.
+	// Until follows the ttl asked for, also when it is shorter than what
+	// was left (the nodes keep the longer TTL, which errs on the safe
+	// side): it drops to what ttl promises at once, and stays there if
+	// the extend fails. Keys that take ttl expire no sooner than the
+	// bound, since the calls start after it is read.
 	bound := clock.Until(c.clk.Now(), ttl, l.drift)
 	l.mu.Lock()
 	released, left, ended := l.released, l.left(), ctx.Err() != nil
@@ -143,17 +144,14 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	newUntil := clock.Until(r.Started(), ttl, l.drift)
 	l.mu.Lock()
 	inTime := l.left() > 0
-	switch {
-	case t.Reached && inTime && validity > 0:
-		l.until = newUntil
-		l.mu.Unlock()
-		return nil
-	case newUntil.Before(l.until):
-		// Some nodes may have taken the new TTL: never let Until
-		// outlive it.
+	ok := t.Reached && inTime && validity > 0
+	if ok {
 		l.until = newUntil
 	}
 	l.mu.Unlock()
+	if ok {
+		return nil
+	}
 	qe := newQuorumError("extend", k.Name, c.quorum, r, nil, ctx)
 	qe.Validity = validity
 	if !inTime || t.Other-t.Failed > len(c.nodes)-c.quorum {
