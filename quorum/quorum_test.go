@@ -607,12 +607,11 @@ func TestNoNodes(t *testing.T) {
 	assert.Empty(t, r.Replies)
 }
 
-// TestAwait: Await from another goroutine waits for one node's call and
-// returns its reply, before or after Wait, without touching Replies.
-func TestAwait(t *testing.T) {
-	nodes := fakeNodes(3)
+// gatedRound starts a round on three nodes: 0 and 1 answer Done at once,
+// 2 answers Taken once the gate opens.
+func gatedRound() (*quorum.Round, *gate) {
 	g := newGate()
-	r := quorum.Start(context.Background(), clock.Real{}, nil, nodes, time.Second,
+	r := quorum.Start(context.Background(), clock.Real{}, nil, fakeNodes(3), time.Second,
 		func(ctx context.Context, i int, _ node.Node) (node.Status, error) {
 			if i == 2 {
 				<-g.wait()
@@ -620,6 +619,13 @@ func TestAwait(t *testing.T) {
 			}
 			return node.Done, nil
 		})
+	return r, g
+}
+
+// TestAwait: Await from another goroutine waits for one node's call and
+// returns its reply, before or after Wait, without touching Replies.
+func TestAwait(t *testing.T) {
+	r, g := gatedRound()
 	tally := r.Wait(nil, 2)
 	require.True(t, tally.Reached)
 	assert.True(t, r.Landed(0))
@@ -643,16 +649,7 @@ func TestAwait(t *testing.T) {
 // TestAwaitContext: AwaitContext returns a landed reply at once, gives up
 // with ctx's error when ctx ends first, and otherwise waits like Await.
 func TestAwaitContext(t *testing.T) {
-	nodes := fakeNodes(3)
-	g := newGate()
-	r := quorum.Start(context.Background(), clock.Real{}, nil, nodes, time.Second,
-		func(ctx context.Context, i int, _ node.Node) (node.Status, error) {
-			if i == 2 {
-				<-g.wait()
-				return node.Taken, nil
-			}
-			return node.Done, nil
-		})
+	r, g := gatedRound()
 	require.True(t, r.Wait(nil, 2).Reached)
 	rep, err := r.AwaitContext(context.Background(), 0)
 	require.NoError(t, err)
