@@ -92,7 +92,8 @@ func (l *Lock) left() time.Duration {
 // duration minus drift — also when ttl is shorter than what was left.
 //
 // Errors: ErrNotHeld when the lock had expired, was unlocked, or a
-// majority no longer holds the token; ErrInvalid for ttl <= 0; ErrClosed
+// majority no longer holds the token; ErrInvalid for a ttl that is not a
+// positive whole number of milliseconds above the node timeout; ErrClosed
 // after the client's Close; otherwise a *QuorumError without a sentinel
 // (nodes failed or ctx ended), after which the lock still holds until
 // Until() — which never moves later on failure, but moves earlier if the
@@ -224,10 +225,8 @@ func (l *Lock) send(ctx context.Context, ttl time.Duration) *quorum.Round {
 	c, k, prev := l.c, l.k, l.prev
 	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
 		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			if !prev.Landed(i) {
-				if _, err := prev.AwaitContext(ctx, i); err != nil {
-					return node.Unknown, &node.Error{Addr: n.Addr(), Op: opName(ttl), Kind: node.ErrTimeout, Err: errPrevPending}
-				}
+			if _, err := prev.AwaitContext(ctx, i); err != nil {
+				return node.Unknown, &node.Error{Addr: n.Addr(), Op: opName(ttl), Kind: node.ErrTimeout, Err: errPrevPending}
 			}
 			if ttl > 0 {
 				return n.Extend(ctx, k, ttl)

@@ -120,9 +120,10 @@ func (c *config) timeout() time.Duration {
 
 // check validates everything but the node list.
 func (c *config) check() error {
+	if err := checkTTL(c.ttl); err != nil {
+		return err
+	}
 	switch {
-	case checkTTL(c.ttl) != nil:
-		return checkTTL(c.ttl)
 	case c.driftFactor < 0 || c.driftFactor >= 0.5 || c.driftFactor != c.driftFactor:
 		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, c.driftFactor)
 	case c.nodeTimeout < 0:
