@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -90,9 +89,9 @@ func classify(err error) error {
 		return ErrTimeout
 	case errors.As(err, &op) && op.Op == "dial":
 		return ErrUnreachable
-	case errors.As(err, new(*tls.CertificateVerificationError)), errors.As(err, new(x509.UnknownAuthorityError)),
-		errors.As(err, new(x509.HostnameError)), errors.As(err, new(x509.CertificateInvalidError)),
-		errors.As(err, new(tls.AlertError)):
+	case errors.As(err, new(*tls.CertificateVerificationError)), errors.As(err, new(tls.AlertError)):
+		// crypto/tls wraps every verification failure (unknown authority,
+		// wrong host, expired) in a CertificateVerificationError.
 		return ErrTLS
 	case errors.As(err, new(tls.RecordHeaderError)):
 		return ErrProtocol

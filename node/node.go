@@ -66,15 +66,18 @@ type Key struct {
 	TTL   time.Duration // the TTL Acquire is normally called with
 
 	// Prepared arguments, shared read-only by every call that uses them;
-	// arrays, so that they live in the Key's own allocation.
+	// arrays, so that they live in the Key's own allocation. Empty in a
+	// Key not made by NewKey (see prepared).
 	set     [5]any // SET: name, token, "NX", "PX", TTL in ms
 	release [4]any // EVALSHA: release hash, 1, name, token
-	ready   bool   // set and release are filled (NewKey made the Key)
 }
+
+// prepared reports whether NewKey filled the prepared arguments.
+func (k *Key) prepared() bool { return k.set[0] != nil }
 
 // NewKey returns the Key for name owned by token, taken with ttl.
 func NewKey(name, token string, ttl time.Duration) *Key {
-	k := &Key{Name: name, Token: token, TTL: ttl, ready: true}
+	k := &Key{Name: name, Token: token, TTL: ttl}
 	var n, t any = name, token
 	k.set = [5]any{n, t, "NX", "PX", ttl.Milliseconds()}
 	k.release = [4]any{releaseScript.hash, 1, n, t}

@@ -186,7 +186,7 @@ func (r *Redis) Close() error {
 // ttl is k.TTL.
 func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error) {
 	var args []any
-	if ttl == k.TTL && k.ready {
+	if ttl == k.TTL && k.prepared() {
 		args = k.set[:]
 	} else {
 		args = []any{k.Name, k.Token, "NX", "PX", ttl.Milliseconds()}
@@ -212,7 +212,7 @@ func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, 
 // Release runs release.lua, with k's prepared arguments.
 func (r *Redis) Release(ctx context.Context, k *Key) (Status, error) {
 	var args []any
-	if k.ready {
+	if k.prepared() {
 		args = k.release[:]
 	} else {
 		args = []any{releaseScript.hash, 1, k.Name, k.Token}

@@ -23,9 +23,6 @@ type Endpoint struct {
 // password.
 func ParseURL(raw string) (Endpoint, error) {
 	var e Endpoint
-	// A '@' that url.Parse did not take as the end of the userinfo means
-	// a password with an unencoded '/', '?', '#' or '%': the parse error
-	// or the misparsed path would quote part of it.
 	// Where the URL holds a '@' anywhere, no error quotes any part of it:
 	// url.Parse takes userinfo up to the last '@' before the first '/',
 	// so a password's misplaced '/' can land the rest of it in the path.
