@@ -17,9 +17,18 @@ type Clock interface {
 	Now() time.Time
 	// Since returns the time elapsed since t, as measured by this clock.
 	Since(t time.Time) time.Duration
-	// After returns a channel that receives the current time once d has
-	// elapsed on this clock. d <= 0 fires at once.
-	After(d time.Duration) <-chan time.Time
+	// NewTimer returns a timer that fires once d has elapsed on this
+	// clock. d <= 0 fires at once.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a one-shot timer made by a Clock.
+type Timer interface {
+	// C delivers the clock's time once, when the timer fires.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing and releases it. It reports
+	// false if the timer had already fired or been stopped.
+	Stop() bool
 }
 
 // Real is the process's own clock. Its zero value is ready to use.
@@ -31,5 +40,10 @@ func (Real) Now() time.Time { return time.Now() }
 // Since returns time.Since(t), monotonic when t came from Now.
 func (Real) Since(t time.Time) time.Duration { return time.Since(t) }
 
-// After returns time.After(d).
-func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+// NewTimer returns a time.Timer.
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time { return t.t.C }
+func (t realTimer) Stop() bool          { return t.t.Stop() }

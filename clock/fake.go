@@ -11,14 +11,32 @@ import (
 //
 // A Fake must be created with NewFake. It is safe for concurrent use.
 type Fake struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards now and waiters
 	now     time.Time
-	waiters []waiter
+	waiters []*fakeTimer // timers not yet fired or stopped
 }
 
-type waiter struct {
+// fakeTimer is a Timer of a Fake clock.
+type fakeTimer struct {
+	f  *Fake
 	at time.Time
-	ch chan time.Time
+	ch chan time.Time // buffered: firing never blocks
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+// Stop removes the timer from its clock's waiters.
+func (t *fakeTimer) Stop() bool {
+	f := t.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, w := range f.waiters {
+		if w == t {
+			f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // NewFake returns a Fake clock reading start.
@@ -34,22 +52,22 @@ func (f *Fake) Now() time.Time {
 // Since returns the fake time elapsed since t.
 func (f *Fake) Since(t time.Time) time.Duration { return f.Now().Sub(t) }
 
-// After returns a channel that receives the fake time once the clock has
-// been advanced by at least d.
-func (f *Fake) After(d time.Duration) <-chan time.Time {
+// NewTimer returns a timer that fires once the clock has been advanced
+// by at least d.
+func (f *Fake) NewTimer(d time.Duration) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ch := make(chan time.Time, 1)
+	t := &fakeTimer{f: f, at: f.now.Add(d), ch: make(chan time.Time, 1)}
 	if d <= 0 {
-		ch <- f.now
-		return ch
+		t.ch <- f.now
+		return t
 	}
-	f.waiters = append(f.waiters, waiter{at: f.now.Add(d), ch: ch})
-	return ch
+	f.waiters = append(f.waiters, t)
+	return t
 }
 
-// Advance moves the clock forward by d and fires every After whose time has
-// come, in deadline order.
+// Advance moves the clock forward by d and fires every timer whose time
+// has come, in deadline order.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -57,8 +75,9 @@ func (f *Fake) Advance(d time.Duration) {
 	f.fire()
 }
 
-// Waiters reports how many After channels have not fired yet. Tests use it
-// to wait until the code under test is blocked on the clock before moving it.
+// Waiters reports how many timers have neither fired nor been stopped.
+// Tests use it to wait until the code under test is blocked on the clock
+// before moving it.
 func (f *Fake) Waiters() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

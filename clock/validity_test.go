@@ -50,12 +50,12 @@ func TestUntilIsValidityFromNow(t *testing.T) {
 	}
 }
 
-func TestFakeAfterFiresInOrder(t *testing.T) {
+func TestFakeTimersFireInOrder(t *testing.T) {
 	f := clock.NewFake(time.Unix(1000, 0))
-	a := f.After(2 * time.Second)
-	b := f.After(time.Second)
-	now := f.After(0)
-	assert.Len(t, now, 1, "After(0) fires at once")
+	a := f.NewTimer(2 * time.Second).C()
+	b := f.NewTimer(time.Second).C()
+	now := f.NewTimer(0).C()
+	assert.Len(t, now, 1, "NewTimer(0) fires at once")
 	assert.Equal(t, 2, f.Waiters())
 
 	f.Advance(999 * time.Millisecond)
@@ -67,6 +67,25 @@ func TestFakeAfterFiresInOrder(t *testing.T) {
 	assert.Equal(t, time.Unix(1006, 0), <-a)
 	assert.Equal(t, 0, f.Waiters())
 	assert.Equal(t, 6*time.Second, f.Since(time.Unix(1000, 0)))
+}
+
+func TestFakeTimerStop(t *testing.T) {
+	f := clock.NewFake(time.Unix(1000, 0))
+	a, b := f.NewTimer(time.Second), f.NewTimer(time.Second)
+	assert.True(t, a.Stop())
+	assert.False(t, a.Stop(), "stopped twice")
+	assert.Equal(t, 1, f.Waiters())
+	f.Advance(time.Second)
+	assert.Len(t, a.C(), 0, "a stopped timer never fires")
+	assert.Len(t, b.C(), 1)
+	assert.False(t, b.Stop(), "already fired")
+}
+
+func TestRealTimer(t *testing.T) {
+	tm := clock.Real{}.NewTimer(time.Millisecond)
+	<-tm.C()
+	assert.False(t, tm.Stop())
+	assert.True(t, clock.Real{}.NewTimer(time.Hour).Stop())
 }
 
 func TestRealIsMonotonic(t *testing.T) {
