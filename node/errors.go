@@ -33,7 +33,36 @@ var (
 	ErrBadURL = errors.New("malformed node URL")
 	// ErrClosed: the node was used after Close.
 	ErrClosed = errors.New("node closed")
+	// ErrCircuitOpen: the call was not sent: the client's circuit breaker
+	// for this node is open after a run of failures (see
+	// redlock.Breaker). The node counts as failed for that call.
+	ErrCircuitOpen = errors.New("circuit breaker open: node skipped")
 )
+
+// KindOf names the kind of a node error, for metric labels and logs:
+// "timeout", "unreachable", "auth", "tls", "protocol", "closed",
+// "circuit_open", "other" for an error of no known kind, "" for nil.
+func KindOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, k := range kindNames {
+		if errors.Is(err, k.kind) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+// kindNames lists the kinds KindOf names, the breaker's first: a skipped
+// call is reported as skipped, whatever its breaker saw before.
+var kindNames = []struct {
+	kind error
+	name string
+}{
+	{ErrCircuitOpen, "circuit_open"}, {ErrTimeout, "timeout"}, {ErrUnreachable, "unreachable"},
+	{ErrAuth, "auth"}, {ErrTLS, "tls"}, {ErrProtocol, "protocol"}, {ErrClosed, "closed"},
+}
 
 // Error is a failed call on one node. It never contains a password.
 type Error struct {

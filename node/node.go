@@ -46,6 +46,93 @@ func (s Status) String() string {
 	}
 }
 
+// Result is a node's answer to one lock command. It is a struct, not a
+// bare Status, so that a command can report more (a fencing value, the
+// holder's remaining TTL) without changing the Node interface.
+type Result struct {
+	// Status is the outcome; Unknown exactly when the call returned an
+	// error.
+	Status Status
+	// TTL is, for an Acquire answered Taken, how long the holder's key
+	// has left on this node, when the node tells (0 when it does not, or
+	// the key has no expiry). A waiter uses it to wake when the holder's
+	// keys expire instead of polling.
+	TTL time.Duration
+}
+
+// Key names one lock as the nodes see it: the Redis key and the random
+// token that proves ownership. It is a plain value; a driver prepares its
+// own command arguments from it.
+type Key struct {
+	Name  string // the Redis key
+	Token string // the random value stored under it
+}
+
+// Node is one independent Redis master seen as a lock store: the minimum
+// the Redlock algorithm calls. Other capabilities are optional interfaces
+// (Inspector, io.Closer), checked with a type assertion.
+//
+// Every method is safe for concurrent use and returns within the deadline
+// of ctx (plus scheduling noise): implementations must bound connection
+// set-up, writing and reading by it. On error the Result's Status is
+// Unknown and the caller cannot know whether the command took effect.
+// Errors should wrap one of this package's kinds (ErrTimeout,
+// ErrUnreachable, ErrAuth, ErrTLS, ErrProtocol, ErrClosed) so that a
+// client can tell a node that is down from one that refuses, and must
+// never contain a password.
+type Node interface {
+	// Addr identifies the node, normally host:port. Two Nodes with the
+	// same Addr are the same master and must not both be in one client.
+	// It never contains credentials.
+	Addr() string
+
+	// Acquire runs SET k.Name k.Token NX PX ttl: Done if the key was
+	// set, Taken if it already existed.
+	Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+
+	// Extend makes the key live at least ttl more if it still holds
+	// k.Token, never shortening it: Done, Taken (another token) or
+	// Absent. Never shortening keeps a late, stale extend harmless.
+	Extend(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+
+	// Release deletes the key if it still holds k.Token: Done, Taken or
+	// Absent. With announce, a delete is published on
+	// ReleaseChannel(k.Name) in the same step, so that waiters wake at
+	// once (a failed publish must not fail the release). A client
+	// announces an Unlock, not the rollback of a failed attempt: waking
+	// every waiter for keys that never held a majority would have
+	// competing clients wake each other in a loop.
+	Release(ctx context.Context, k Key, announce bool) (Result, error)
+}
+
+// ReleaseChannel is the pub/sub channel on which a release of key is
+// announced: key + ":released". A user's ACL must allow it (a channel
+// pattern that matches the lock keys' own pattern, e.g. &lk:* for keys
+// ~lk:*) for waiters to be woken; without it they poll.
+func ReleaseChannel(key string) string { return key + ":released" }
+
+// Watcher is a Node that can tell a waiter when a key is released there
+// (pub/sub on ReleaseChannel). It is optional: a client works with nodes
+// that do not offer it, and waits by polling on them.
+type Watcher interface {
+	// Watch starts watching key's releases on the node: after each one
+	// it sends on released without blocking (a full channel means a
+	// wake-up is already pending). It never blocks on the network: the
+	// subscription is made in the background.
+	Watch(key string, released chan<- struct{}) Watch
+}
+
+// Watch is one watcher of one key on one node.
+type Watch interface {
+	// Ready is closed once the node has confirmed the subscription:
+	// releases from then on are seen. It stays open while the node
+	// cannot be subscribed to.
+	Ready() <-chan struct{}
+	// Stop ends the watch; nothing is sent on its channel afterwards.
+	// It may be called more than once.
+	Stop()
+}
+
 // Info is what Inspect reports about one key on one node.
 type Info struct {
 	// Token is the value stored under the key, "" when the key is absent.
@@ -55,64 +142,10 @@ type Info struct {
 	TTL time.Duration
 }
 
-// Key is one lock as every node of a round sees it: the key, the token
-// that owns it, and the TTL it is taken with. A client builds one per lock
-// with NewKey and hands the same *Key to every node; nodes only read it.
-// NewKey also boxes the command arguments once, so that a round over N
-// nodes does not allocate them N times on the hot path.
-type Key struct {
-	Name  string        // the Redis key
-	Token string        // the random value that proves ownership
-	TTL   time.Duration // the TTL Acquire is normally called with
-
-	// Prepared arguments, shared read-only by every call that uses them;
-	// arrays, so that they live in the Key's own allocation. Empty in a
-	// Key not made by NewKey (see prepared).
-	set     [5]any // SET: name, token, "NX", "PX", TTL in ms
-	release [4]any // EVALSHA: release hash, 1, name, token
-}
-
-// prepared reports whether NewKey filled the prepared arguments.
-func (k *Key) prepared() bool { return k.set[0] != nil }
-
-// NewKey returns the Key for name owned by token, taken with ttl.
-func NewKey(name, token string, ttl time.Duration) *Key {
-	k := &Key{Name: name, Token: token, TTL: ttl}
-	var n, t any = name, token
-	k.set = [5]any{n, t, "NX", "PX", ttl.Milliseconds()}
-	k.release = [4]any{releaseScript.hash, 1, n, t}
-	return k
-}
-
-// Node is one independent Redis master seen as a lock store.
-//
-// Every method is safe for concurrent use and returns within the deadline
-// of ctx (plus scheduling noise): implementations must bound connection
-// set-up, writing and reading by it. On error the Status is Unknown and the
-// caller cannot know whether the command took effect.
-type Node interface {
-	// Addr identifies the node, normally host:port. Two Nodes with the
-	// same Addr are the same master and must not both be in one client.
-	// It never contains credentials.
-	Addr() string
-
-	// Acquire runs SET k.Name k.Token NX PX ttl: Done if the key was
-	// set, Taken if it already existed. ttl is normally k.TTL.
-	Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error)
-
-	// Extend makes the key live at least ttl more if it still holds
-	// k.Token, never shortening it: Done, Taken (another token) or
-	// Absent. Never shortening keeps a late, stale extend harmless.
-	Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, error)
-
-	// Release deletes the key if it still holds k.Token: Done, Taken or
-	// Absent.
-	Release(ctx context.Context, k *Key) (Status, error)
-
-	// Inspect reports the key's token and remaining TTL, for status
-	// displays and tests.
+// Inspector is a Node that can report a key's holder, for status displays
+// and tests. The lock algorithm never calls it.
+type Inspector interface {
+	// Inspect reports the key's token and remaining TTL in one atomic
+	// read, within ctx's deadline.
 	Inspect(ctx context.Context, key string) (Info, error)
-
-	// Close releases the node's connections. Calls after Close fail.
-	Close() error
 }

@@ -64,6 +64,23 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestParseURLRejectsBareIPv6: an IPv6 address without brackets cannot
+// be told apart from host:port ("::1" would be host ":" port 1, and
+// "::1:6379" is ambiguous), so it is rejected with a hint, never guessed.
+func TestParseURLRejectsBareIPv6(t *testing.T) {
+	for _, bad := range []string{"redis://::1", "redis://::1:6379", "rediss://2001:db8::1", "redis://fe80::1/2", "redis://::", "redis://u:s3cret@::1"} {
+		ep, err := node.ParseURL(bad)
+		require.ErrorIs(t, err, node.ErrBadURL, "%s parsed as %+v", bad, ep)
+		assert.Contains(t, err.Error(), "put an IPv6 address in brackets: redis://[::1]:6379", bad)
+		assert.NotContains(t, err.Error(), "s3cret")
+	}
+	for _, good := range []string{"redis://[::1]", "redis://[::1]:6379", "rediss://[2001:db8::1]:7001/2", "redis://u:pw@[::1]:1"} {
+		ep, err := node.ParseURL(good)
+		require.NoError(t, err, good)
+		assert.Contains(t, ep.Host, "::", good)
+	}
+}
+
 func TestStringHidesPassword(t *testing.T) {
 	r, err := node.Dial("redis://bob:hunter2@127.0.0.1:1", node.Options{})
 	require.NoError(t, err)
@@ -126,8 +143,8 @@ func acquireSilent(t *testing.T, url string) error {
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	st, err := r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
-	assert.Equal(t, node.Unknown, st)
+	res, err := r.Acquire(ctx, node.Key{Name: "k", Token: "tok"}, time.Second)
+	assert.Equal(t, node.Unknown, res.Status)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	dl, _ := ctx.Deadline()
 	assert.WithinDuration(t, dl, time.Now(), 2*time.Second, "the call outlived its deadline")
@@ -162,7 +179,7 @@ func TestTLSRefused(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = r.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
+	_, err = r.Acquire(ctx, node.Key{Name: "k", Token: "tok"}, time.Second)
 	require.ErrorIs(t, err, node.ErrTLS, "%v", err)
 	assert.Contains(t, err.Error(), "certificate")
 
@@ -172,7 +189,7 @@ func TestTLSRefused(t *testing.T) {
 	p, err := node.Dial("rediss://"+plain, node.Options{})
 	require.NoError(t, err)
 	defer p.Close()
-	_, err = p.Acquire(ctx, node.NewKey("k", "tok", time.Second), time.Second)
+	_, err = p.Acquire(ctx, node.Key{Name: "k", Token: "tok"}, time.Second)
 	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 }
 
@@ -184,7 +201,7 @@ func TestNotRedis(t *testing.T) {
 	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer r.Close()
-	_, err = r.Release(context.Background(), node.NewKey("k", "tok", time.Second))
+	_, err = r.Release(context.Background(), node.Key{Name: "k", Token: "tok"}, true)
 	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 }
 
@@ -196,7 +213,7 @@ func TestUnreachable(t *testing.T) {
 	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer r.Close()
-	_, err = r.Acquire(context.Background(), node.NewKey("k", "tok", time.Second), time.Second)
+	_, err = r.Acquire(context.Background(), node.Key{Name: "k", Token: "tok"}, time.Second)
 	require.ErrorIs(t, err, node.ErrUnreachable, "%v", err)
 }
 
@@ -204,7 +221,7 @@ func TestClosed(t *testing.T) {
 	r, err := node.Dial("redis://127.0.0.1:1", node.Options{})
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
-	_, err = r.Acquire(context.Background(), node.NewKey("k", "tok", time.Second), time.Second)
+	_, err = r.Acquire(context.Background(), node.Key{Name: "k", Token: "tok"}, time.Second)
 	require.ErrorIs(t, err, node.ErrClosed)
 }
 

@@ -6,6 +6,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,9 +21,13 @@ type Options struct {
 	// Timeout bounds a call whose context has no earlier deadline: getting
 	// a connection, dialling, AUTH/SELECT, writing and reading. Default 1s.
 	// A Redlock client always passes its own, much shorter, per-node
-	// deadline.
+	// deadline. Timeout also bounds a dial that goes on after the call
+	// that started it gave up (see Redis.dial).
 	Timeout time.Duration
-	// MaxIdle is how many idle connections are kept. Default 16.
+	// MaxIdle is how many idle connections are kept. Default: MaxActive.
+	// A connection given back while MaxIdle are idle is closed, so a
+	// smaller MaxIdle costs a new connection per call in any burst of
+	// more than MaxIdle calls at once; IdleTimeout closes the surplus.
 	MaxIdle int
 	// MaxActive caps the connections open at once; a call waits (within
 	// its deadline) for one to free up. Default 64.
@@ -43,11 +49,11 @@ func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	if o.MaxIdle <= 0 {
-		o.MaxIdle = 16
-	}
 	if o.MaxActive <= 0 {
 		o.MaxActive = 64
+	}
+	if o.MaxIdle <= 0 {
+		o.MaxIdle = o.MaxActive
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 5 * time.Minute
@@ -59,6 +65,8 @@ func (o Options) withDefaults() Options {
 }
 
 var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
 	//go:embed scripts/extend.lua
 	extendLua string
 	//go:embed scripts/release.lua
@@ -66,13 +74,13 @@ var (
 	//go:embed scripts/inspect.lua
 	inspectLua string
 
+	acquireScript = newScript(acquireLua)
 	extendScript  = newScript(extendLua)
 	releaseScript = newScript(releaseLua)
 	inspectScript = newScript(inspectLua)
 )
 
-// script is a Lua script with its SHA1, both already boxed so that a call
-// does not allocate them again.
+// script is a Lua script and its SHA1, boxed once.
 type script struct {
 	src  any
 	hash any
@@ -89,9 +97,23 @@ type Redis struct {
 	timeout time.Duration
 	pool    *redis.Pool
 	closed  atomic.Bool
+
+	// Connections whose dial finished after the call that started it
+	// had given up, for the pool's next dial (see dial).
+	spares  chan spare
+	dialing atomic.Int32       // dials still running for calls that gave up
+	life    context.Context    // bounds those dials
+	stop    context.CancelFunc // ends them, at Close
+
+	sub *subscriber // the pub/sub connection for Watch
 }
 
-var _ Node = (*Redis)(nil)
+var (
+	_ Node      = (*Redis)(nil)
+	_ Inspector = (*Redis)(nil)
+	_ Watcher   = (*Redis)(nil)
+	_ io.Closer = (*Redis)(nil)
+)
 
 // Dial returns a Redis node for a URL (see ParseURL). It does not connect:
 // connections are made on first use, so a node that is down when the
@@ -107,15 +129,15 @@ func Dial(rawURL string, opts Options) (*Redis, error) {
 // New returns a Redis node for a parsed endpoint. It does not connect.
 func New(ep Endpoint, opts Options) *Redis {
 	opts = opts.withDefaults()
-	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout}
+	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout, spares: make(chan spare, opts.MaxActive)}
+	r.life, r.stop = context.WithCancel(context.Background())
 	dialOpts := []redis.DialOption{
-		// Dialling, the TLS handshake, AUTH and SELECT run within the
-		// caller's deadline (the pool passes its context through), and
-		// every read gets the caller's remaining deadline (see do). A
-		// write is bounded by Timeout: redigo sets write deadlines per
-		// connection, not per call. A lock command is far smaller than a
-		// socket's send buffer and a connection that timed out is
-		// dropped, so in practice a write never waits.
+		// A call waits for dialling, the TLS handshake, AUTH and SELECT
+		// within its deadline (see dial), and every read gets the
+		// caller's remaining deadline (see call). A write is bounded by
+		// Timeout: redigo sets write deadlines per connection, not per
+		// call. A lock command is far smaller than a socket's send
+		// buffer, so in practice a write never waits.
 		redis.DialWriteTimeout(opts.Timeout),
 		redis.DialReadTimeout(opts.Timeout),
 		redis.DialDatabase(ep.DB),
@@ -126,6 +148,7 @@ func New(ep Endpoint, opts Options) *Redis {
 	if ep.Username != "" {
 		dialOpts = append(dialOpts, redis.DialUsername(ep.Username))
 	}
+	netDial := (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext // as redigo's
 	if ep.TLS {
 		cfg := opts.TLSConfig
 		if cfg == nil {
@@ -136,16 +159,37 @@ func New(ep Endpoint, opts Options) *Redis {
 		// accepts and never answers would cost seconds per connection.
 		// tls.Dialer runs the handshake under the dial context and takes
 		// the server name from the address when cfg leaves it empty.
-		d := &tls.Dialer{Config: cfg}
-		dialOpts = append(dialOpts, redis.DialContextFunc(d.DialContext))
+		netDial = (&tls.Dialer{Config: cfg}).DialContext
 	}
+	// The pub/sub connection: the same address, credentials and TLS, no
+	// read timeout of its own (it waits for messages; see subscriber).
+	subOpts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(netDial))
+	r.sub = newSubscriber(func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", r.addr, subOpts...)
+	}, opts.Timeout)
 	r.pool = &redis.Pool{
 		MaxIdle:     opts.MaxIdle,
 		MaxActive:   opts.MaxActive,
 		IdleTimeout: opts.IdleTimeout,
 		Wait:        true,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", r.addr, dialOpts...)
+			return r.dial(ctx, func(ctx context.Context) (redis.Conn, error) {
+				var lc *lateConn
+				opts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(
+					func(ctx context.Context, network, addr string) (net.Conn, error) {
+						nc, err := netDial(ctx, network, addr)
+						if err != nil {
+							return nil, err
+						}
+						lc = &lateConn{Conn: nc}
+						return lc, nil
+					}))
+				c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
+				if err == nil {
+					lc.ready = true // AUTH and SELECT done: see lateConn
+				}
+				return c, err
+			})
 		},
 	}
 	if opts.CheckIdle > 0 {
@@ -160,7 +204,9 @@ func New(ep Endpoint, opts Options) *Redis {
 				left = r.timeout
 			}
 			if left <= 0 {
-				return context.DeadlineExceeded
+				// No time to check it, which is no fault of the
+				// connection's: call gives it back unused.
+				return nil
 			}
 			_, err := redis.DoWithTimeout(c, left, "PING")
 			return err
@@ -175,54 +221,67 @@ func (r *Redis) Addr() string { return r.addr }
 // String returns the node's URL with the password masked.
 func (r *Redis) String() string { return r.ep.String() }
 
-// Close closes the pool. Calls in flight finish; later calls fail with
-// ErrClosed.
+// Close closes the pool and the spare connections, and ends dials still
+// running. Calls in flight finish; later calls fail with ErrClosed.
 func (r *Redis) Close() error {
 	r.closed.Store(true)
+	r.sub.close()
+	r.stop()
+	r.closeSpares()
 	return r.pool.Close()
 }
 
-// Acquire runs SET key token NX PX ttl, with k's prepared arguments when
-// ttl is k.TTL.
-func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration) (Status, error) {
-	var args []any
-	if ttl == k.TTL && k.prepared() {
-		args = k.set[:]
-	} else {
-		args = []any{k.Name, k.Token, "NX", "PX", ttl.Milliseconds()}
-	}
-	reply, err := r.do(ctx, "acquire", "SET", args...)
+// Acquire runs acquire.lua: SET key token NX PX ttl, and on a held key
+// the holder's PTTL, in one round trip.
+func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
+	reply, err := r.eval(ctx, "acquire", acquireScript, k.Name, k.Token, ttl.Milliseconds())
 	if err != nil {
-		return Unknown, err
+		return Result{}, err
 	}
-	switch reply {
-	case "OK":
-		return Done, nil
-	case nil:
-		return Taken, nil
+	switch v := reply.(type) {
+	case string:
+		if v == "OK" {
+			return Result{Status: Done}, nil
+		}
+	case int64:
+		return Result{Status: Taken, TTL: holderTTL(v)}, nil
 	}
-	return Unknown, r.fail("acquire", fmt.Errorf("unexpected reply %v", reply))
+	return Result{}, r.fail("acquire", fmt.Errorf("unexpected reply %v", reply))
+}
+
+// holderTTL converts a PTTL reply to Result.TTL: 0 when unknown (no
+// expiry), at least 1 ms otherwise.
+func holderTTL(pttl int64) time.Duration {
+	switch {
+	case pttl < 0:
+		return 0
+	case pttl == 0:
+		return time.Millisecond
+	}
+	return time.Duration(pttl) * time.Millisecond
 }
 
 // Extend runs extend.lua.
-func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Status, error) {
-	return r.script(ctx, "extend", extendScript, []any{extendScript.hash, 1, k.Name, k.Token, ttl.Milliseconds()})
+func (r *Redis) Extend(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
+	return r.script(ctx, "extend", extendScript, k.Name, k.Token, ttl.Milliseconds())
 }
 
-// Release runs release.lua, with k's prepared arguments.
-func (r *Redis) Release(ctx context.Context, k *Key) (Status, error) {
-	var args []any
-	if k.prepared() {
-		args = k.release[:]
-	} else {
-		args = []any{releaseScript.hash, 1, k.Name, k.Token}
+// Release runs release.lua, which publishes the delete when announce is
+// set.
+func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, error) {
+	flag := announceNo
+	if announce {
+		flag = announceYes
 	}
-	return r.script(ctx, "release", releaseScript, args)
+	return r.script(ctx, "release", releaseScript, k.Name, k.Token, flag)
 }
+
+// The boxed values of release.lua's ARGV[2].
+var announceYes, announceNo any = "1", "0"
 
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
-	reply, err := r.eval(ctx, "inspect", inspectScript, []any{inspectScript.hash, 1, key})
+	reply, err := r.eval(ctx, "inspect", inspectScript, key)
 	if err != nil {
 		return Info{}, err
 	}
@@ -238,47 +297,45 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	return Info{Token: tok, TTL: time.Duration(pttl) * time.Millisecond}, nil
 }
 
-func (r *Redis) script(ctx context.Context, op string, s *script, args []any) (Status, error) {
-	reply, err := r.eval(ctx, op, s, args)
+// script runs s with one key and args and maps its reply (1, 0, -1) to a
+// Status.
+func (r *Redis) script(ctx context.Context, op string, s *script, key string, args ...any) (Result, error) {
+	reply, err := r.eval(ctx, op, s, key, args...)
 	if err != nil {
-		return Unknown, err
+		return Result{}, err
 	}
 	switch reply {
 	case int64(1):
-		return Done, nil
+		return Result{Status: Done}, nil
 	case int64(0):
-		return Taken, nil
+		return Result{Status: Taken}, nil
 	case int64(-1):
-		return Absent, nil
+		return Result{Status: Absent}, nil
 	}
-	return Unknown, r.fail(op, fmt.Errorf("unexpected reply %v", reply))
+	return Result{}, r.fail(op, fmt.Errorf("unexpected reply %v", reply))
 }
 
-// eval runs a script by EVALSHA with args (the script's hash first, then
-// numkeys, keys and arguments) and falls back to EVAL (which also loads
-// the script) when the node answers NOSCRIPT, e.g. after a restart. args
-// may be shared with other calls and is never modified.
-func (r *Redis) eval(ctx context.Context, op string, s *script, args []any) (any, error) {
-	reply, err := r.do(ctx, op, "EVALSHA", args...)
-	if err == nil {
-		return reply, nil
-	}
-	// Declared here, not above: errors.As makes it escape, and the happy
-	// path should not pay for that allocation.
-	var rerr *Error
-	if errors.As(err, &rerr) && rerr.Err != nil && strings.HasPrefix(rerr.Err.Error(), "NOSCRIPT") {
-		src := make([]any, len(args))
-		copy(src, args)
-		src[0] = s.src
-		reply, err = r.do(ctx, op, "EVAL", src...)
-	}
-	return reply, err
+// eval runs s on key with args by EVALSHA and falls back to EVAL (which
+// also loads the script) when the node answers NOSCRIPT, e.g. after a
+// restart or SCRIPT FLUSH.
+func (r *Redis) eval(ctx context.Context, op string, s *script, key string, args ...any) (any, error) {
+	cmd := make([]any, 0, 3+len(args))
+	cmd = append(cmd, s.hash, 1, key)
+	cmd = append(cmd, args...)
+	return r.call(ctx, op, s, "EVALSHA", cmd)
 }
 
 // do runs one command within ctx's deadline (or the node timeout, if
 // sooner). The deadline covers waiting for a pooled connection, dialling,
 // writing and reading, so a node that never answers costs no more.
 func (r *Redis) do(ctx context.Context, op, cmd string, args ...any) (any, error) {
+	return r.call(ctx, op, nil, cmd, args)
+}
+
+// call is do, plus, when s is not nil (cmd is then EVALSHA of s), the
+// EVAL fallback after NOSCRIPT: on the same connection, within the same
+// deadline.
+func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args []any) (any, error) {
 	if r.closed.Load() {
 		return nil, r.fail(op, ErrClosed)
 	}
@@ -304,13 +361,50 @@ func (r *Redis) do(ctx context.Context, op, cmd string, args ...any) (any, error
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	reply, err := redis.DoWithTimeout(conn, left, cmd, args...)
-	// A connection that timed out mid-reply is broken; the pool drops it on
-	// Close because redigo marked it failed.
+	if s != nil && noScript(err) {
+		// EVAL on the connection that answered NOSCRIPT, not on one taken
+		// from the pool again: with other calls queued for the pool (as
+		// after timed-out replies cost it connections) that second wait
+		// could outlast the deadline, and the EVAL — of a release, say —
+		// would never be sent.
+		if left = time.Until(deadline); left <= 0 {
+			conn.Close()
+			return nil, r.fail(op, context.DeadlineExceeded)
+		}
+		src := make([]any, len(args))
+		copy(src, args)
+		src[0] = s.src
+		reply, err = redis.DoWithTimeout(conn, left, "EVAL", src...)
+	}
+	if isLate(err) {
+		// The reply had not begun to arrive by the deadline (see
+		// lateConn): read it in the background, for as long again as
+		// the call had, and give the connection back then. Only a reply
+		// later still, or one that stopped half-way, costs the
+		// connection.
+		go drainLate(conn, deadline.Sub(now))
+		return nil, r.fail(op, context.DeadlineExceeded)
+	}
 	conn.Close()
 	if err != nil {
 		return nil, r.fail(op, err)
 	}
 	return reply, nil
+}
+
+// drainLate reads and drops the late reply on c, waiting at most wait,
+// then gives c back to the pool (which drops it if the read failed).
+// Until then c counts against MaxActive, which bounds these goroutines.
+func drainLate(c redis.Conn, wait time.Duration) {
+	_, _ = redis.ReceiveWithTimeout(c, wait)
+	c.Close()
+}
+
+// noScript reports whether err is a node's NOSCRIPT reply (EVALSHA of a
+// script it has not cached).
+func noScript(err error) bool {
+	e, ok := err.(redis.Error)
+	return ok && strings.HasPrefix(string(e), "NOSCRIPT")
 }
 
 func (r *Redis) fail(op string, err error) error {
@@ -322,34 +416,4 @@ func (r *Redis) fail(op string, err error) error {
 		return err
 	}
 	return &Error{Addr: r.addr, Op: op, Kind: classify(err), Err: err}
-}
-
-// Command runs any Redis command on this node within ctx's deadline. It is
-// an escape hatch for tools and tests (SCAN, FLUSHALL, PEXPIRE, INFO); the
-// lock algorithm never uses it.
-func (r *Redis) Command(ctx context.Context, cmd string, args ...any) (any, error) {
-	return r.do(ctx, "command", cmd, args...)
-}
-
-// Keys returns the keys matching pattern, via SCAN (never KEYS), for tests
-// and tools.
-func (r *Redis) Keys(ctx context.Context, pattern string) ([]string, error) {
-	var keys []string
-	cursor := "0"
-	for {
-		reply, err := r.do(ctx, "scan", "SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-		if err != nil {
-			return nil, err
-		}
-		vals, err := redis.Values(reply, nil)
-		if err != nil || len(vals) != 2 {
-			return nil, r.fail("scan", fmt.Errorf("unexpected reply %v", reply))
-		}
-		cursor, _ = redis.String(vals[0], nil)
-		page, _ := redis.Strings(vals[1], nil)
-		keys = append(keys, page...)
-		if cursor == "0" {
-			return keys, nil
-		}
-	}
 }

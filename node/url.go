@@ -9,7 +9,8 @@ import (
 )
 
 // Endpoint is a parsed node URL: redis://[user[:password]@]host[:port][/db]
-// or rediss:// for TLS. The port defaults to 6379 and db to 0.
+// or rediss:// for TLS. The port defaults to 6379 and db to 0. An IPv6
+// host must be in brackets: redis://[::1]:6379.
 type Endpoint struct {
 	TLS      bool
 	Host     string // host name or IP, without brackets
@@ -58,6 +59,13 @@ func ParseURL(raw string) (Endpoint, error) {
 	e.Host = u.Hostname()
 	if e.Host == "" {
 		return e, fmt.Errorf("%w: no host", ErrBadURL)
+	}
+	// url.Parse splits an unbracketed IPv6 address at its last colon:
+	// redis://::1 would be host ":" port 1. A colon left in the host
+	// means exactly that (brackets keep the port apart), so refuse it
+	// rather than guess which colon, if any, starts the port.
+	if strings.Contains(e.Host, ":") && !strings.HasPrefix(u.Host, "[") {
+		return e, fmt.Errorf("%w: put an IPv6 address in brackets: redis://[::1]:6379", ErrBadURL)
 	}
 	e.Port = 6379
 	if p := u.Port(); p != "" {

@@ -1,9 +1,6 @@
 package quorum_test
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,59 +8,37 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
-	"github.com/quorumlock/redlock/quorum"
 )
-
-// errNotUsed is returned by every fakeNode operation: the quorum package
-// never calls a Node itself, only the Call it is given does.
-var errNotUsed = errors.New("fakeNode: operation not used by quorum tests")
-
-// fakeNode is the smallest node.Node: it only has an address. The Call
-// handed to quorum.Start decides what each node "answers".
-type fakeNode struct{ addr string }
-
-var _ node.Node = fakeNode{}
-
-func (f fakeNode) Addr() string { return f.addr }
-
-func (fakeNode) Acquire(context.Context, *node.Key, time.Duration) (node.Status, error) {
-	return node.Unknown, errNotUsed
-}
-
-func (fakeNode) Extend(context.Context, *node.Key, time.Duration) (node.Status, error) {
-	return node.Unknown, errNotUsed
-}
-
-func (fakeNode) Release(context.Context, *node.Key) (node.Status, error) {
-	return node.Unknown, errNotUsed
-}
-
-func (fakeNode) Inspect(context.Context, string) (node.Info, error) {
-	return node.Info{}, errNotUsed
-}
-
-func (fakeNode) Close() error { return nil }
-
-func addrOf(i int) string { return fmt.Sprintf("node-%d:6379", i) }
-
-// fakeNodes returns n fake nodes whose Addr is addrOf(index).
-func fakeNodes(n int) []node.Node {
-	nodes := make([]node.Node, n)
-	for i := range nodes {
-		nodes[i] = fakeNode{addr: addrOf(i)}
-	}
-	return nodes
-}
 
 // failTimeout bounds every wait the tests do on something that must
 // happen; it is only reached when the code under test is broken.
 const failTimeout = 5 * time.Second
 
+// start is quorum.Start on clk whose calls are counted: once the test
+// function (and its defers, which release whatever the calls block on) has
+// returned, a cleanup waits until every call has returned, so no test
+// leaves a call running behind it.
+func start(t *testing.T, clk clock.Clock, n int, call func(i int) (node.Result, error)) *quorum.Round {
+	t.Helper()
+	var calls sync.WaitGroup
+	calls.Add(n)
+	t.Cleanup(func() {
+		done := make(chan struct{})
+		go func() { calls.Wait(); close(done) }()
+		recv(t, done, "every call to return")
+	})
+	return quorum.Start(clk, n, nil, func(i int) (node.Result, error) {
+		defer calls.Done()
+		return call(i)
+	})
+}
+
 // waitAsync runs r.Wait in its own goroutine (the only one calling Wait on
-// r) and delivers its Tally on the returned channel.
-func waitAsync(r *quorum.Round, stop <-chan struct{}, need int) <-chan quorum.Tally {
-	ch := make(chan quorum.Tally, 1)
+// r) and delivers its Count on the returned channel.
+func waitAsync(r *quorum.Round, stop <-chan struct{}, need int) <-chan quorum.Count {
+	ch := make(chan quorum.Count, 1)
 	go func() { ch <- r.Wait(stop, need) }()
 	return ch
 }
@@ -93,6 +68,19 @@ func notYet[T any](t *testing.T, ch <-chan T, d time.Duration, what string) bool
 	}
 }
 
+// eventually polls cond until it holds, or fails the test after
+// failTimeout.
+func eventually(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(failTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNowf(t, "timed out", "waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // gate is a channel closed once, by whichever of the test's code paths
 // (normal flow or deferred clean-up) gets there first.
 type gate struct {
@@ -106,10 +94,10 @@ func (g *gate) open()                 { g.once.Do(func() { close(g.ch) }) }
 func (g *gate) wait() <-chan struct{} { return g.ch }
 
 // steppedClock is a clock.Fake that also reports each Since call: the k-th
-// call closes sinces[k]. Round.run calls Since exactly once per reply,
-// after the Call returned and before the reply is queued, so a node can
-// wait for the previous node's Latency to be fixed before it moves the
-// clock. The test must not call Round.Elapsed before every node answered.
+// call closes sinces[k]. A call's goroutine calls Since exactly once, after
+// the call returned and before its reply is queued, so a node can wait for
+// the previous node's Latency to be fixed before it moves the clock. The
+// test must not call Round.Elapsed before every node answered.
 type steppedClock struct {
 	*clock.Fake
 	mu     sync.Mutex

@@ -1,0 +1,172 @@
+// Package quorum fans one command out to every node in parallel and counts
+// the replies until the outcome is decided.
+//
+// The outcome is decided when need nodes answered Done, or when so many
+// answered otherwise (or failed) that need is out of reach. need is counted
+// against the configured nodes, never against those that happen to answer,
+// so a partition that hides nodes can only make a quorum harder to reach.
+//
+// The package starts calls and counts; it does not bound them. Each call
+// must return on its own (the caller gives it a deadline). Calls still
+// running when Wait returns go on in their goroutines; their replies are
+// dropped, and whoever must act on them (a rollback) learns of them
+// elsewhere.
+package quorum
+
+import (
+	"errors"
+	"time"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+)
+
+// Majority returns the smallest majority of n nodes: n/2 + 1.
+func Majority(n int) int { return n/2 + 1 }
+
+// Reply is one node's answer within a Round.
+type Reply struct {
+	Node    int         // index of the node
+	Result  node.Result // Status Unknown when the call failed or has not returned
+	Err     error       // the call's error; nil on an answer
+	Latency time.Duration
+}
+
+// Answered reports whether the node replied (with or without an error).
+func (r Reply) Answered() bool { return r.Result.Status != node.Unknown || r.Err != nil }
+
+// errNoStatus replaces the nil error of a call that returned no status (or
+// one this package does not know), so that every reply is either an
+// answer or a failure.
+var errNoStatus = errors.New("node returned neither a status nor an error")
+
+// Count is the tally of a round's replies by kind. It is the one place a
+// reply is classified.
+type Count struct {
+	Done    int // the command took effect
+	Taken   int // the key holds another token
+	Absent  int // the key does not exist
+	Failed  int // the call returned an error: outcome unknown
+	Pending int // the call had not returned
+}
+
+// Tally counts replies; those not answered count as Pending.
+func Tally(replies []Reply) Count {
+	var c Count
+	for _, r := range replies {
+		c.add(r)
+	}
+	return c
+}
+
+func (c *Count) add(r Reply) {
+	switch {
+	case r.Err != nil:
+		c.Failed++
+	case r.Result.Status == node.Done:
+		c.Done++
+	case r.Result.Status == node.Taken:
+		c.Taken++
+	case r.Result.Status == node.Absent:
+		c.Absent++
+	default:
+		c.Pending++
+	}
+}
+
+// Reached reports whether need nodes answered Done.
+func (c Count) Reached(need int) bool { return c.Done >= need }
+
+// Decided reports whether the outcome is known: need reached, or out of
+// reach even if every pending call answers Done.
+func (c Count) Decided(need int) bool { return c.Done >= need || c.Done+c.Pending < need }
+
+// Refused reports whether so many nodes answered that the key is not ours
+// (Taken or Absent) that need is out of reach whatever the failed and
+// pending ones would say: the lock is not held, as opposed to unknown.
+func (c Count) Refused(need int) bool {
+	n := c.Done + c.Taken + c.Absent + c.Failed + c.Pending
+	return c.Taken+c.Absent > n-need
+}
+
+// Round is one command fanned out to every node. Wait must be called from
+// one goroutine, the round's owner.
+type Round struct {
+	// Replies holds, by node index, the replies Wait received; a node
+	// that had not answered when Wait returned has the zero Reply but for
+	// Node. Written only by Wait.
+	Replies []Reply
+
+	ch    chan Reply // every call's reply; room for all, so no call blocks
+	start time.Time
+	clk   clock.Clock
+}
+
+// Start runs call for nodes 0..n-1 in parallel, one goroutine each, and
+// returns at once. call must return by itself (within the deadline the
+// caller gave it). skip, if not nil, is asked first for each node: a
+// non-nil error is that node's reply at once, with no goroutine and no
+// call.
+func Start(clk clock.Clock, n int, skip func(i int) error, call func(i int) (node.Result, error)) *Round {
+	r := &Round{Replies: make([]Reply, n), ch: make(chan Reply, n), start: clk.Now(), clk: clk}
+	for i := range r.Replies {
+		r.Replies[i].Node = i
+		if skip != nil {
+			if err := skip(i); err != nil {
+				r.ch <- Reply{Node: i, Err: err}
+				continue
+			}
+		}
+		go r.run(i, call)
+	}
+	return r
+}
+
+func (r *Round) run(i int, call func(int) (node.Result, error)) {
+	res, err := call(i)
+	switch {
+	case err != nil:
+		res = node.Result{}
+	case res.Status == node.Unknown || res.Status > node.Absent:
+		res, err = node.Result{}, errNoStatus
+	}
+	r.ch <- Reply{Node: i, Result: res, Err: err, Latency: r.clk.Since(r.start)}
+}
+
+// Elapsed returns the time since the fan-out began.
+func (r *Round) Elapsed() time.Duration { return r.clk.Since(r.start) }
+
+// Started returns the time the fan-out began.
+func (r *Round) Started() time.Time { return r.start }
+
+// Collect takes the replies that have arrived since Wait returned,
+// without waiting, and returns the count.
+func (r *Round) Collect() Count {
+	for {
+		select {
+		case rep := <-r.ch:
+			r.Replies[rep.Node] = rep
+		default:
+			return Tally(r.Replies)
+		}
+	}
+}
+
+// Wait receives replies until the outcome is decided for need (see
+// Count.Decided) or stop is closed (pass ctx.Done(); nil never stops), and
+// returns the count so far. Calls still running go on; Wait may be called
+// again to keep counting.
+func (r *Round) Wait(stop <-chan struct{}, need int) Count {
+	c := Tally(r.Replies)
+	for c.Pending > 0 && !c.Decided(need) {
+		select {
+		case rep := <-r.ch:
+			r.Replies[rep.Node] = rep
+			c.Pending--
+			c.add(rep)
+		case <-stop:
+			return c
+		}
+	}
+	return c
+}

@@ -1,0 +1,153 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/node"
+)
+
+// numsub is PUBSUB NUMSUB of channel on the server behind admin.
+func numsub(t *testing.T, admin *redistest.Admin, channel string) int64 {
+	t.Helper()
+	v, err := admin.Do(context.Background(), "PUBSUB", "NUMSUB", channel)
+	require.NoError(t, err)
+	arr := v.([]any)
+	return arr[1].(int64)
+}
+
+func ready(t *testing.T, w node.Watch) {
+	t.Helper()
+	select {
+	case <-w.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription never confirmed")
+	}
+}
+
+func released(t *testing.T, ch <-chan struct{}, want bool) {
+	t.Helper()
+	select {
+	case <-ch:
+		assert.True(t, want, "a wake-up without an announced release")
+	case <-time.After(200 * time.Millisecond):
+		assert.False(t, want, "no wake-up after an announced release")
+	}
+}
+
+// TestWatchCountsReferences: one subscription per channel per node,
+// however many watches; gone with the last watch and at Close.
+func TestWatchCountsReferences(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{})
+	require.NoError(t, err)
+	ch := node.ReleaseChannel("k")
+	a, b := make(chan struct{}, 1), make(chan struct{}, 1)
+	wa := r.Watch("k", a)
+	ready(t, wa)
+	wb := r.Watch("k", b)
+	ready(t, wb) // already confirmed: at once
+	assert.Equal(t, int64(1), numsub(t, admin, ch))
+
+	bg := context.Background()
+	k := node.Key{Name: "k", Token: "t"}
+	_, err = r.Acquire(bg, k, time.Minute)
+	require.NoError(t, err)
+	_, err = r.Release(bg, k, true)
+	require.NoError(t, err)
+	released(t, a, true)
+	released(t, b, true)
+
+	_, err = r.Acquire(bg, k, time.Minute)
+	require.NoError(t, err)
+	_, err = r.Release(bg, k, false) // a rollback: not announced
+	require.NoError(t, err)
+	released(t, a, false)
+
+	wa.Stop()
+	wa.Stop()
+	assert.Equal(t, int64(1), numsub(t, admin, ch), "b still watches")
+	wb.Stop()
+	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond)
+	wc := r.Watch("k", a)
+	ready(t, wc)
+	require.NoError(t, r.Close())
+	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"a subscription outlived Close")
+}
+
+// TestWatchSurvivesAKilledConnection: CLIENT KILL TYPE pubsub drops the
+// subscriber; it reconnects, subscribes again and wakes its watch.
+func TestWatchSurvivesAKilledConnection(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{})
+	require.NoError(t, err)
+	defer r.Close()
+	woke := make(chan struct{}, 1)
+	w := r.Watch("k", woke)
+	defer w.Stop()
+	ready(t, w)
+	_, err = admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return numsub(t, admin, node.ReleaseChannel("k")) == 1 }, 5*time.Second, 10*time.Millisecond,
+		"subscribed again")
+	bg := context.Background()
+	k := node.Key{Name: "k", Token: "t"}
+	_, err = r.Acquire(bg, k, time.Minute)
+	require.NoError(t, err)
+	_, err = r.Release(bg, k, true)
+	require.NoError(t, err)
+	released(t, woke, true)
+}
+
+// TestReleaseWithoutPublishRights: an ACL user who may not publish still
+// releases (the script's publish fails quietly), and a watch that may not
+// subscribe is never ready.
+func TestReleaseWithoutPublishRights(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	_, err := admin.Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~*", "resetchannels", "+@all")
+	require.NoError(t, err)
+	r, err := node.Dial("redis://locker:pw@"+url[len("redis://"):], node.Options{})
+	require.NoError(t, err)
+	defer r.Close()
+	woke := make(chan struct{}, 1)
+	w := r.Watch("k", woke)
+	defer w.Stop()
+	bg := context.Background()
+	k := node.Key{Name: "k", Token: "t"}
+	res, err := r.Acquire(bg, k, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+	res, err = r.Release(bg, k, true)
+	require.NoError(t, err)
+	assert.Equal(t, node.Done, res.Status)
+	select {
+	case <-w.Ready():
+		t.Error("a subscription without the rights was confirmed")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestAcquireReportsTheHoldersTTL: a Taken acquire tells how long the
+// holder's key has left, in the same round trip.
+func TestAcquireReportsTheHoldersTTL(t *testing.T) {
+	url := redistest.Start(t)
+	r, err := node.Dial(url, node.Options{})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	_, err = r.Acquire(bg, node.Key{Name: "k", Token: "holder"}, 5*time.Second)
+	require.NoError(t, err)
+	res, err := r.Acquire(bg, node.Key{Name: "k", Token: "me"}, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, node.Taken, res.Status)
+	assert.InDelta(t, 5*time.Second, res.TTL, float64(time.Second))
+}

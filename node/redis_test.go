@@ -1,0 +1,148 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/node"
+)
+
+// TestNoScriptFallbackKeepsItsConnection: a release on a node whose
+// script cache is empty (restarted, or SCRIPT FLUSH) answers NOSCRIPT to
+// EVALSHA and must then send EVAL, also when other calls are queued for
+// the node's connections — as they are after lost replies broke some of
+// them. Here the pool has one connection: the release's EVALSHA is stalled
+// (DEBUG SLEEP from another client) while a second call queues for the
+// connection and then holds it (BLPOP) past the release's deadline. An
+// EVAL that went back to the pool for a connection was never sent, and
+// the key stayed until its TTL.
+func TestNoScriptFallbackKeepsItsConnection(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{MaxActive: 1, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	k := node.Key{Name: "k", Token: "tok"}
+	res, err := r.Acquire(bg, k, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+	_, err = admin.Do(bg, "SCRIPT", "FLUSH")
+	require.NoError(t, err)
+
+	stalled := make(chan error, 1)
+	go func() { _, err := admin.Do(bg, "DEBUG", "SLEEP", "0.3"); stalled <- err }()
+	time.Sleep(50 * time.Millisecond) // the node is asleep
+
+	type result struct {
+		st  node.Status
+		err error
+	}
+	released := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 600*time.Millisecond)
+		defer cancel()
+		res, err := r.Release(ctx, k, true) // takes the only connection
+		released <- result{res.Status, err}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	blocked := make(chan error, 1)
+	go func() { // queues for the connection, then holds it for 1s
+		_, err := r.Command(bg, "BLPOP", "nothing", "1")
+		blocked <- err
+	}()
+
+	got := <-released
+	require.NoError(t, <-stalled)
+	require.NoError(t, got.err, "EVAL must follow NOSCRIPT on the same connection")
+	assert.Equal(t, node.Done, got.st)
+	v, err := admin.Do(bg, "GET", "k")
+	require.NoError(t, err)
+	assert.Nil(t, v, "the key is released, not left until its TTL")
+	require.NoError(t, <-blocked)
+}
+
+// stall makes the node at admin busy for d (DEBUG SLEEP) and returns a
+// channel that yields the command's error when it ends.
+func stall(t *testing.T, admin *redistest.Admin, d time.Duration) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := admin.Do(context.Background(), "DEBUG", "SLEEP", d.Seconds())
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the node is asleep
+	return done
+}
+
+// TestLateReplyKeepsItsConnection: a call whose deadline passes before its
+// reply begins to arrive fails with ErrTimeout, and its connection is not
+// thrown away: the reply is read and dropped when it comes, the next call
+// gets its own reply on the same connection, and the node accepts no new
+// connection.
+func TestLateReplyKeepsItsConnection(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{MaxActive: 1})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	_, err = r.Inspect(bg, "warm-up") // the one connection
+	require.NoError(t, err)
+	// And the acquire script in the node's cache, so that the stalled
+	// EVALSHA below applies late rather than answering NOSCRIPT.
+	_, err = r.Acquire(bg, node.Key{Name: "warm-up", Token: "w"}, time.Minute)
+	require.NoError(t, err)
+	before := admin.Connections(t)
+
+	// The reply comes about 100ms after the call's 200ms deadline, well
+	// within the as-long-again the connection waits for it.
+	k := node.Key{Name: "k", Token: "tok"}
+	stalled := stall(t, admin, 350*time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	res, err := r.Acquire(ctx, k, time.Minute)
+	cancel()
+	require.ErrorIs(t, err, node.ErrTimeout)
+	assert.Equal(t, node.Unknown, res.Status)
+	require.NoError(t, <-stalled)
+
+	// The SET applied late; its "OK" must not be taken for the release's
+	// reply.
+	res, err = r.Release(bg, k, true)
+	require.NoError(t, err)
+	assert.Equal(t, node.Done, res.Status)
+	assert.Equal(t, before, admin.Connections(t), "new connections")
+}
+
+// TestLateDialKeepsItsConnection: a call whose deadline passes while its
+// connection is being set up (here SELECT, on a stalled node) fails with
+// ErrTimeout, and the connection, once set up, serves the next call: the
+// node accepts no other.
+func TestLateDialKeepsItsConnection(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url+"/1", node.Options{MaxActive: 1}) // SELECT 1 on dial
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	_, err = admin.Do(bg, "PING")
+	require.NoError(t, err)
+	before := admin.Connections(t)
+
+	stalled := stall(t, admin, 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	_, err = r.Inspect(ctx, "k")
+	cancel()
+	require.ErrorIs(t, err, node.ErrTimeout)
+	require.NoError(t, <-stalled)
+	time.Sleep(100 * time.Millisecond) // for the SELECT's reply to land
+
+	_, err = r.Inspect(bg, "k")
+	require.NoError(t, err)
+	assert.Equal(t, before+1, admin.Connections(t), "new connections")
+}
