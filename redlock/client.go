@@ -21,35 +21,46 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
-	"github.com/quorumlock/redlock/quorum"
 )
 
 // Client takes locks on a fixed set of independent Redis masters. It is
 // safe for concurrent use; create one per process and share it.
 type Client struct {
+	// Set by New and never changed.
 	nodes  []node.Node
 	owned  bool // nodes were made by Dial and are closed by Close
 	quorum int
 	cfg    config
 	log    *slog.Logger
 	clk    clock.Clock
+	// breakers has one circuit breaker per node, nil when turned off;
+	// each guards itself.
+	breakers []*breaker
 
-	// bg counts node calls still running after their caller returned
-	// (the minority a quorum did not wait for) and late clean-ups.
+	// mu guards closed and the bg.Add that starts an operation (begin);
+	// it is never held across I/O.
+	mu     sync.Mutex
+	closed bool
+	// done is closed by Close, ending Lock's retry waits at once.
+	done chan struct{}
+	// bg counts operations in progress and every node call they started,
+	// including those still running after their caller returned. An
+	// operation's own count lets its rounds add theirs while Close waits.
 	bg sync.WaitGroup
-	// life guards closed. Every operation holds a read lock from its
-	// check of closed until it has started its node calls (enter, exit),
-	// and Close the write lock while it sets closed, so no call is added
-	// to bg once Close waits on it.
-	life      sync.RWMutex
-	closed    bool
+	// qmu guards queues: per key, the local FIFO of this client's Lock
+	// calls waiting for it.
+	qmu    sync.Mutex
+	queues map[string]*turnstile
+	// closeOnce runs Close's work once; closeErr is its result.
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -89,9 +100,7 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	}
 	c, err := newClient(nodes, cfg, true)
 	if err != nil {
-		for _, n := range nodes {
-			n.Close()
-		}
+		closeAll(nodes)
 		return nil, err
 	}
 	return c, nil
@@ -123,58 +132,61 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock}
+	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
+		breakers: newNodeBreakers(cfg.breaker, n)}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)
 	}
 	return c, nil
 }
 
-// Nodes returns the client's nodes, in the order indexes refer to.
-func (c *Client) Nodes() []node.Node { return c.nodes }
-
 // Quorum returns how many nodes must agree.
 func (c *Client) Quorum() int { return c.quorum }
 
-// Close waits for operations in progress and for node calls still
-// running in the background (each bounded by the node timeout), then
-// closes the nodes if Dial made them. Locks are not released: they
-// expire. Lock, TryLock, Extend and Unlock called after Close fail with
-// ErrClosed. Close may be called more than once, from any goroutine;
-// every call returns once the client is closed, with the first call's
-// result. It must not be called from the client's logger or from a
-// node.Node's methods: they run inside the operations Close waits for.
+// Close ends Lock's retry waits at once, waits for operations in progress
+// and for node calls still running in the background (each bounded by
+// about two node timeouts), then closes the nodes if Dial made them. Locks
+// are not released: they expire. Lock, TryLock, Extend and Unlock called
+// after Close fail with ErrClosed. Close may be called more than once,
+// from any goroutine; every call returns once the client is closed, with
+// the first call's result.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.life.Lock()
+		c.mu.Lock()
 		c.closed = true
-		c.life.Unlock()
+		c.mu.Unlock()
+		close(c.done)
 		c.bg.Wait()
-		if !c.owned {
-			return
+		if c.owned {
+			c.closeErr = closeAll(c.nodes)
 		}
-		var errs []error
-		for _, n := range c.nodes {
-			errs = append(errs, n.Close())
-		}
-		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr
 }
 
-// enter starts an operation that may start node calls; it reports false
-// once the client is closed. Every true must be matched by exit, and no
-// operation may enter twice (a pending Close would deadlock it).
-func (c *Client) enter() bool {
-	c.life.RLock()
-	if c.closed {
-		c.life.RUnlock()
-		return false
+// closeAll closes the nodes that can be closed.
+func closeAll(nodes []node.Node) error {
+	var errs []error
+	for _, n := range nodes {
+		if cl, ok := n.(io.Closer); ok {
+			errs = append(errs, cl.Close())
+		}
 	}
-	return true
+	return errors.Join(errs...)
 }
 
-func (c *Client) exit() { c.life.RUnlock() }
+// begin starts an operation that may send node calls, counted in bg so
+// that Close waits for it; it reports false once the client is closed.
+// Every true must be matched by c.bg.Done().
+func (c *Client) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.bg.Add(1)
+	return true
+}
 
 // TryLock makes exactly one attempt to take key. It returns a Lock, or an
 // error wrapping ErrNotAcquired (a *QuorumError) when no majority was had
@@ -184,14 +196,8 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*
 	if err != nil {
 		return nil, err
 	}
-	l, qe, err := c.attempt(ctx, c.cfg.prefix+key, &cfg)
-	switch {
-	case err != nil:
-		return nil, err
-	case qe != nil:
-		return nil, qe
-	}
-	return l, nil
+	cfg.retry = NoRetry()
+	return c.lock(ctx, c.cfg.prefix+key, &cfg, true)
 }
 
 // Lock takes key, retrying with the client's RetryStrategy until it holds
@@ -203,29 +209,112 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Loc
 	if err != nil {
 		return nil, err
 	}
-	key = c.cfg.prefix + key
+	return c.lock(ctx, c.cfg.prefix+key, &cfg, false)
+}
+
+// lock is Lock (or TryLock, once) for a checked configuration and the
+// full key; it reports to the Acquire hook.
+func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (*Lock, error) {
+	start := c.clk.Now()
+	var (
+		l        *Lock
+		attempts int
+		err      error
+	)
+	if once {
+		l, attempts, err = c.retry(ctx, key, cfg)
+	} else {
+		l, attempts, err = c.wait(ctx, key, cfg)
+	}
+	if h := c.cfg.hooks.Acquire; h != nil {
+		h(AcquireInfo{Key: key, Wait: c.clk.Since(start), Attempts: attempts, Err: err})
+	}
+	return l, err
+}
+
+// wait is Lock's retry loop behind the key's local queue: it waits for
+// this call's turn among the client's waiters for key, then retries.
+func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
+	turn, leave := c.join(key)
+	defer leave()
+	select {
+	case <-turn:
+	case <-ctx.Done():
+		return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+	case <-c.done:
+		return nil, 0, ErrClosed
+	}
+	return c.retry(ctx, key, cfg)
+}
+
+// retry makes attempts until one succeeds or cfg.retry gives up; it
+// returns the number of attempts made. After the first failure it
+// subscribes to the key's releases and, once subscribed, tries once more
+// at once (a release in between is not missed); later waits end at the
+// first release notification, at the moment the holder's keys expire on a
+// majority, or after the retry delay, whichever comes first.
+func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
+	var w *watches
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
 	for attempt := 1; ; attempt++ {
-		l, qe, err := c.attempt(ctx, key, &cfg)
+		l, qe, err := c.attempt(ctx, key, cfg)
 		switch {
 		case err != nil:
-			return nil, err
+			return nil, attempt, err
 		case qe == nil:
-			return l, nil
+			return l, attempt, nil
 		}
 		qe.Attempts = attempt
 		if qe.ctxErr != nil || c.hopeless(qe) {
-			return nil, qe
+			return nil, attempt, qe
 		}
 		d, again := cfg.retry.Backoff(attempt)
 		if !again {
-			return nil, qe
+			return nil, attempt, qe
 		}
-		select {
-		case <-c.clk.After(d):
-		case <-ctx.Done():
+		if attempt == 1 {
+			if w = c.watch(key); w != nil {
+				err = w.ready(ctx, c, d)
+				if err == nil {
+					continue
+				}
+			}
+		}
+		if err == nil {
+			if qe.freeIn > 0 {
+				d = min(d, qe.freeIn)
+			}
+			err = c.sleep(ctx, d, w.wake())
+		}
+		if err != nil {
+			if err == ErrClosed {
+				return nil, attempt, err
+			}
 			qe.setContext(ctx)
-			return nil, qe
+			return nil, attempt, qe
 		}
+	}
+}
+
+// sleep waits d on the client's clock, or until wake receives. It
+// returns ctx's error if ctx ends first, ErrClosed if the client is
+// closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
 	}
 }
 
@@ -267,90 +356,57 @@ func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
 // count, check validity, roll back on failure. It returns a Lock, or a
 // *QuorumError, or ErrClosed.
 func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError, error) {
-	if !c.enter() {
+	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	defer c.exit()
+	l, qe := c.try(ctx, key, cfg)
+	c.bg.Done()
+	// Logged once the operation has ended: a logger may call Close.
+	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("redlock: attempt failed", "key", key, "validity", qe.Validity, "err", qe)
+	}
+	return l, qe, nil
+}
+
+// try is attempt's work, within a begun operation.
+func (c *Client) try(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
-		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired), nil
+		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
 	}
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.
-	k := node.NewKey(key, newToken(), cfg.ttl)
-	// Node calls outlive ctx: their replies decide what to roll back.
-	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, cfg.timeout(),
-		func(ctx context.Context, _ int, n node.Node) (node.Status, error) {
-			return n.Acquire(ctx, k, k.TTL)
-		})
+	ch := newChain(c, node.Key{Name: key, Token: newToken()}, cfg.timeout())
+	r := ch.send(ctx, "acquire", acquire(cfg.ttl))
 	t := r.Wait(ctx.Done(), c.quorum)
-	validity := clock.Validity(k.TTL, r.Elapsed(), cfg.driftFactor)
-	if t.Reached && validity > 0 && ctx.Err() == nil {
-		until := clock.Until(r.Started(), k.TTL, cfg.driftFactor)
-		return &Lock{c: c, k: k, until: until, prev: r, drift: cfg.driftFactor, timeout: cfg.timeout()}, nil, nil
+	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
+	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
+		return newLock(ch, cfg, r.Started()), nil
 	}
-	c.rollback(ctx, r, k, cfg.timeout())
-	qe := newQuorumError("acquire", key, c.quorum, r, ErrNotAcquired, ctx)
+	c.rollback(ctx, ch, r)
+	qe := newQuorumError("acquire", key, c, r, ErrNotAcquired, ctx)
 	qe.Validity = validity
-	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.Debug("redlock: attempt failed", "key", key, "done", t.Done, "other", t.Other, "pending", t.Pending, "validity", validity, "err", qe)
-	}
-	return nil, qe, nil
+	// Replies that came in during the rollback tell more about when the
+	// holder's keys expire; the error reports the round as decided.
+	r.Collect()
+	qe.freeIn = freeIn(r.Replies, c.quorum)
+	return nil, qe
 }
 
-// rollback releases an attempt's token on every node that may hold it.
-// Nodes that answered Done are released before rollback returns, so a
-// competitor is not kept waiting; nodes that failed (a lost reply may hide
-// a SET that took effect) are released in the background; nodes still
-// silent are released as soon as their late reply lands. Nodes that
-// answered Taken are skipped: SET NX's nil reply proves the key was not
-// set. The caller's context may be cancelled, so releases run on a context
-// that is not.
-func (c *Client) rollback(ctx context.Context, r *quorum.Round, k *node.Key, timeout time.Duration) {
-	bg := context.WithoutCancel(ctx)
-	replies := r.Replies
-	var done, failed, pending bool
-	for _, rep := range replies {
-		switch {
-		case rep.Status == node.Done:
-			done = true
-		case rep.Err != nil:
-			failed = true
-		case !rep.Answered():
-			pending = true
+// rollback releases a failed attempt's token through its chain: on every
+// node but those that answered Taken, and on nodes still silent once their
+// SET returns (a lost or late reply may hide a SET that took effect). It
+// returns once the nodes that answered Done have released, so that a
+// competitor is not kept waiting; the others finish in the background.
+func (c *Client) rollback(ctx context.Context, ch *chain, r *quorum.Round) {
+	ch.send(ctx, "release", release(false))
+	var granted []int
+	for i, rep := range r.Replies {
+		if rep.Result.Status == node.Done {
+			granted = append(granted, i)
 		}
 	}
-	release := func(want func(quorum.Reply) bool) *quorum.Round {
-		return quorum.Start(bg, c.clk, &c.bg, c.nodes, timeout, func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			if !want(replies[i]) {
-				return node.Unknown, nil
-			}
-			return n.Release(ctx, k)
-		})
-	}
-	if failed {
-		release(func(rep quorum.Reply) bool { return rep.Err != nil }) // not waited for
-	}
-	if done {
-		release(func(rep quorum.Reply) bool { return rep.Status == node.Done }).WaitAll()
-	}
-	if pending {
-		r.Rest(func(rep quorum.Reply) { c.releaseLate(bg, rep, k, timeout) })
-	}
-}
-
-// releaseLate releases token on the node of a reply that arrived after its
-// round was decided, unless the node said the key was not ours.
-func (c *Client) releaseLate(ctx context.Context, rep quorum.Reply, k *node.Key, timeout time.Duration) {
-	if rep.Status == node.Taken || rep.Status == node.Absent {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	st, err := c.nodes[rep.Node].Release(ctx, k)
-	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.Debug("redlock: released after late reply", "key", k.Name, "node", rep.Node, "late_status", rep.Status, "status", st, "err", err)
-	}
+	ch.wait(granted)
 }
 
 func newToken() string {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
-	"github.com/quorumlock/redlock/quorum"
 )
 
 var (
@@ -26,6 +26,12 @@ var (
 	// not protected.
 	ErrNotHeld = errors.New("redlock: lock not held")
 
+	// ErrLost: a lock kept by KeepAlive or Do could no longer be proven
+	// held: an extend found it held by another token or gone, its
+	// validity ran out without a successful extend, or MaxHold was
+	// reached. The job context's cause wraps it with the reason. Work
+	// done after that was not protected by the lock.
+	ErrLost = errors.New("redlock: lock lost")
 	// ErrInvalid: an argument or option was rejected before any network
 	// traffic.
 	ErrInvalid = errors.New("redlock: invalid argument")
@@ -53,50 +59,67 @@ func (e *NodeError) Error() string {
 // Unwrap returns the cause.
 func (e *NodeError) Unwrap() error { return e.Err }
 
+// Reply is one node's part in a quorum call, as a QuorumError reports it.
+type Reply struct {
+	Node    int           // index of the node in the configured list
+	Addr    string        // the node's address
+	Status  node.Status   // Unknown when the call failed or had not returned
+	Err     error         // the call's error; nil on an answer
+	Latency time.Duration // from the fan-out to the reply; 0 if none came
+}
+
+// Answered reports whether the node replied (with or without an error)
+// before the outcome was decided.
+func (r Reply) Answered() bool { return r.Status != node.Unknown || r.Err != nil }
+
 // QuorumError reports a quorum call (acquire, extend, unlock) that did not
 // reach its quorum, with every node's outcome. errors.Is matches its
 // sentinel (ErrNotAcquired or ErrNotHeld, when the outcome is known), the
 // context's error when the caller's context ended, and every node error.
 type QuorumError struct {
-	Op      string         // "acquire", "extend" or "unlock"
-	Key     string         // the lock key, prefix included
-	Need    int            // the quorum
-	Replies []quorum.Reply // one per configured node, by index
+	Op      string  // "acquire", "extend" or "unlock"
+	Key     string  // the lock key, prefix included
+	Need    int     // the quorum
+	Replies []Reply // one per configured node, by index
 	// Validity is what was left of the validity window when the outcome
 	// was decided (acquire, extend); <= 0 means time ran out.
 	Validity time.Duration
 	// Attempts is how many attempts Lock made (1 for TryLock and for
 	// extend and unlock).
 	Attempts int
-
 	sentinel error
-	ctxErr   error // ctx.Err() of a caller's context that ended, else nil
-	cause    error // context.Cause of it, when that differs from ctxErr
+	count    quorum.Count
+	freeIn   time.Duration // when the holder's keys free a majority; 0 unknown
+	ctxErr   error         // ctx.Err() of a caller's context that ended, else nil
+	cause    error         // context.Cause of it, when that differs from ctxErr
 	nodes    *multierror.Error
 }
 
-// newQuorumError describes round r; ctx is the caller's context, whose
-// end (if it ended) the error carries.
-func newQuorumError(op, key string, need int, r *quorum.Round, sentinel error, ctx context.Context) *QuorumError {
-	return newQuorumErrorOf(op, key, need, r.Replies, sentinel, ctx)
+// newQuorumError describes round r of client c; ctx is the caller's
+// context, whose end (if it ended) the error carries.
+func newQuorumError(op, key string, c *Client, r *quorum.Round, sentinel error, ctx context.Context) *QuorumError {
+	return newQuorumErrorOf(op, key, c, r.Replies, sentinel, ctx)
 }
 
 // notStarted is the error of an operation that sent nothing because ctx
 // had already ended.
 func notStarted(op, key string, c *Client, ctx context.Context, sentinel error) *QuorumError {
 	replies := make([]quorum.Reply, len(c.nodes))
-	for i, n := range c.nodes {
-		replies[i] = quorum.Reply{Node: i, Addr: n.Addr()}
+	for i := range replies {
+		replies[i].Node = i
 	}
-	return newQuorumErrorOf(op, key, c.quorum, replies, sentinel, ctx)
+	return newQuorumErrorOf(op, key, c, replies, sentinel, ctx)
 }
 
-func newQuorumErrorOf(op, key string, need int, replies []quorum.Reply, sentinel error, ctx context.Context) *QuorumError {
-	e := &QuorumError{Op: op, Key: key, Need: need, Replies: replies, Attempts: 1, sentinel: sentinel}
+func newQuorumErrorOf(op, key string, c *Client, replies []quorum.Reply, sentinel error, ctx context.Context) *QuorumError {
+	e := &QuorumError{Op: op, Key: key, Need: c.quorum, Replies: make([]Reply, len(replies)), Attempts: 1,
+		sentinel: sentinel, count: quorum.Tally(replies)}
 	e.setContext(ctx)
-	for _, rep := range replies {
+	for i, rep := range replies {
+		addr := c.nodes[rep.Node].Addr()
+		e.Replies[i] = Reply{Node: rep.Node, Addr: addr, Status: rep.Result.Status, Err: rep.Err, Latency: rep.Latency}
 		if rep.Err != nil {
-			e.nodes = multierror.Append(e.nodes, &NodeError{Node: rep.Node, Addr: rep.Addr, Err: rep.Err})
+			e.nodes = multierror.Append(e.nodes, &NodeError{Node: rep.Node, Addr: addr, Err: rep.Err})
 		}
 	}
 	if e.nodes != nil {
@@ -129,13 +152,15 @@ func joinSemicolon(errs []error) string {
 // Count returns how many nodes ended with status st (node.Unknown counts
 // both failures and nodes that had not answered).
 func (e *QuorumError) Count(st node.Status) int {
-	n := 0
-	for _, r := range e.Replies {
-		if r.Status == st {
-			n++
-		}
+	switch st {
+	case node.Done:
+		return e.count.Done
+	case node.Taken:
+		return e.count.Taken
+	case node.Absent:
+		return e.count.Absent
 	}
-	return n
+	return e.count.Failed + e.count.Pending
 }
 
 // Failed returns the indexes of the nodes that answered with an error.
@@ -171,27 +196,13 @@ func (e *QuorumError) Error() string {
 	} else {
 		b.WriteString("outcome unknown")
 	}
-	var done, taken, absent, failed, silent int
-	for _, r := range e.Replies {
-		switch {
-		case r.Status == node.Done:
-			done++
-		case r.Status == node.Taken:
-			taken++
-		case r.Status == node.Absent:
-			absent++
-		case r.Err != nil:
-			failed++
-		default:
-			silent++
-		}
-	}
+	n := e.count
 	fmt.Fprintf(&b, ": %d done, %d taken, %d absent, %d failed, %d no reply (need %d of %d)",
-		done, taken, absent, failed, silent, e.Need, len(e.Replies))
+		n.Done, n.Taken, n.Absent, n.Failed, n.Pending, e.Need, len(e.Replies))
 	if e.Attempts > 1 {
 		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
 	}
-	if e.Op != "unlock" && done >= e.Need && e.Validity <= 0 {
+	if e.Op != "unlock" && n.Reached(e.Need) && e.Validity <= 0 {
 		b.WriteString("; validity used up")
 	}
 	if e.ctxErr != nil {

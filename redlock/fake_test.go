@@ -27,6 +27,74 @@ type fakeNode struct {
 	// beforeExtend, if set, runs after before in every Extend, with the
 	// TTL asked for.
 	beforeExtend func(ttl time.Duration)
+	// announce, if set, is called (under mu) with the key of each
+	// announced delete.
+	announce func(key string)
+}
+
+// watchingNode is a fakeNode that offers node.Watcher: watches are ready
+// when the test says (ready, closed by default), and an announced release
+// on the node notifies them.
+type watchingNode struct {
+	*fakeNode
+	wmu      sync.Mutex
+	ready    chan struct{}
+	watchers map[string]map[*fakeWatch]struct{}
+	watched  map[string]int // Watch calls per key
+}
+
+type fakeWatch struct {
+	n        *watchingNode
+	key      string
+	released chan<- struct{}
+}
+
+func (w *fakeWatch) Ready() <-chan struct{} { return w.n.ready }
+func (w *fakeWatch) Stop() {
+	w.n.wmu.Lock()
+	defer w.n.wmu.Unlock()
+	delete(w.n.watchers[w.key], w)
+	if len(w.n.watchers[w.key]) == 0 {
+		delete(w.n.watchers, w.key)
+	}
+}
+
+func newWatching(f *fakeNode) *watchingNode {
+	n := &watchingNode{fakeNode: f, ready: make(chan struct{}), watchers: map[string]map[*fakeWatch]struct{}{}, watched: map[string]int{}}
+	close(n.ready)
+	f.announce = n.publish
+	return n
+}
+
+func (n *watchingNode) Watch(key string, released chan<- struct{}) node.Watch {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	w := &fakeWatch{n: n, key: key, released: released}
+	if n.watchers[key] == nil {
+		n.watchers[key] = map[*fakeWatch]struct{}{}
+	}
+	n.watchers[key][w] = struct{}{}
+	n.watched[key]++
+	return w
+}
+
+// publish notifies key's watchers, as a release channel message would.
+func (n *watchingNode) publish(key string) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	for w := range n.watchers[key] {
+		select {
+		case w.released <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watching returns how many watches key has on the node now.
+func (n *watchingNode) watching(key string) int {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	return len(n.watchers[key])
 }
 
 type entry struct {
@@ -103,24 +171,24 @@ func (f *fakeNode) count(op string) int {
 func (f *fakeNode) Addr() string { return f.addr }
 func (f *fakeNode) Close() error { return nil }
 
-func (f *fakeNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "acquire"); err != nil {
-		return node.Unknown, err
+		return node.Result{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.get(key); ok {
-		return node.Taken, nil
+	if e, ok := f.get(key); ok {
+		return node.Result{Status: node.Taken, TTL: e.until.Sub(f.clk.Now())}, nil
 	}
 	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
-	return node.Done, nil
+	return node.Result{Status: node.Done}, nil
 }
 
-func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+func (f *fakeNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "extend"); err != nil {
-		return node.Unknown, err
+		return node.Result{}, err
 	}
 	f.mu.Lock()
 	h := f.beforeExtend
@@ -134,32 +202,35 @@ func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (
 	e, ok := f.get(key)
 	switch {
 	case !ok:
-		return node.Absent, nil
+		return node.Result{Status: node.Absent}, nil
 	case e.token != token:
-		return node.Taken, nil
+		return node.Result{Status: node.Taken}, nil
 	}
 	if until := f.clk.Now().Add(ttl); until.After(e.until) { // never shortens, as extend.lua
 		f.keys[key] = entry{token: token, until: until}
 	}
-	return node.Done, nil
+	return node.Result{Status: node.Done}, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, k *node.Key) (node.Status, error) {
+func (f *fakeNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "release"); err != nil {
-		return node.Unknown, err
+		return node.Result{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e, ok := f.get(key)
 	switch {
 	case !ok:
-		return node.Absent, nil
+		return node.Result{Status: node.Absent}, nil
 	case e.token != token:
-		return node.Taken, nil
+		return node.Result{Status: node.Taken}, nil
 	}
 	delete(f.keys, key)
-	return node.Done, nil
+	if announce && f.announce != nil {
+		f.announce(key)
+	}
+	return node.Result{Status: node.Done}, nil
 }
 
 func (f *fakeNode) Inspect(ctx context.Context, key string) (node.Info, error) {

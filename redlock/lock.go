@@ -2,38 +2,46 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/quorumlock/redlock/clock"
 	"github.com/quorumlock/redlock/node"
-	"github.com/quorumlock/redlock/quorum"
 )
 
 // Lock is a lock held on a majority of nodes until Until(). Its methods
 // are safe for concurrent use; those of a nil *Lock return ErrNilLock or
 // zero values and never panic.
 type Lock struct {
-	c       *Client
-	k       *node.Key // key, token and prepared arguments
-	drift   float64
-	timeout time.Duration
+	// Set when the lock is made and never changed.
+	c     *Client
+	k     node.Key
+	ttl   time.Duration // the TTL it was taken with; KeepAlive extends by it
+	taken time.Time     // start of the acquisition, for MaxHold
+	drift float64
+	keep  keepPolicy
 
-	// op serialises Extend and Unlock, which hold it while they wait on
-	// the nodes (at most about one node timeout). prev, guarded by op, is
-	// the last round that sent commands for this lock, the acquire at
-	// first: a node's next command waits for its call there to return
-	// (see errPrevPending).
-	op   sync.Mutex
-	prev *quorum.Round
+	// op is a one-slot semaphore: Extend and Unlock hold it while they
+	// send and count, so that the lock's commands enter ch one at a time.
+	// Waiting for it honours the caller's context.
+	op chan struct{}
+	// ch is the lock's command chain, guarded by op.
+	ch *chain
 
 	// mu guards until and released and is held only briefly, so that
 	// TTL and Until never wait for the network.
 	mu       sync.Mutex
 	until    time.Time // end of validity, on the client's clock
+	from     time.Time // start of the last round that set until
 	released bool      // Unlock was called
+}
+
+// newLock returns the lock that chain ch acquired with cfg in a round that
+// began at start.
+func newLock(ch *chain, cfg *config, start time.Time) *Lock {
+	return &Lock{c: ch.c, k: ch.k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep,
+		op: make(chan struct{}, 1), ch: ch, until: clock.Until(start, cfg.ttl, cfg.driftFactor), from: start, taken: start}
 }
 
 // Key returns the locked key, prefix included.
@@ -97,11 +105,14 @@ func (l *Lock) left() time.Duration {
 // after the client's Close; otherwise a *QuorumError without a sentinel
 // (nodes failed or ctx ended), after which the lock still holds until
 // Until() — which never moves later on failure, but moves earlier if the
-// new ttl is shorter than what was left.
+// new ttl is shorter than what was left. An Extend that sends nothing
+// (ctx had already ended, the lock was unlocked or had expired) leaves
+// Until unchanged.
 //
-// Extend and Unlock on one Lock run one at a time (each waits on the nodes
-// for about one node timeout at most); TTL and Until never wait for them.
-// While Extend runs, Until is at most its start plus ttl minus drift.
+// Extend and Unlock on one Lock run one at a time: each waits for the one
+// in progress unless ctx ends first, and waits on the nodes for about one
+// node timeout at most. TTL and Until never wait for them. While Extend
+// runs, Until is at most its start plus ttl minus drift.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNilLock
@@ -109,11 +120,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	if ttl <= l.timeout {
-		return fmt.Errorf("%w: TTL %v must be above the node timeout %v", ErrInvalid, ttl, l.timeout)
+	if ttl <= l.ch.timeout {
+		return fmt.Errorf("%w: TTL %v must be above the node timeout %v", ErrInvalid, ttl, l.ch.timeout)
 	}
-	if !l.begin() {
-		return ErrClosed
+	if err := l.begin(ctx, "extend"); err != nil {
+		return err
 	}
 	defer l.end()
 	c, k := l.c, l.k
@@ -122,7 +133,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	// side): it drops to what ttl promises at once, and stays there if
 	// the extend fails. Keys that take ttl expire no sooner than the
 	// bound, since the calls start after it is read.
-	bound := clock.Until(c.clk.Now(), ttl, l.drift)
+	start := c.clk.Now()
+	bound := clock.Until(start, ttl, l.drift)
 	l.mu.Lock()
 	released, left, ended := l.released, l.left(), ctx.Err() != nil
 	if !ended && left > 0 && bound.Before(l.until) {
@@ -139,23 +151,34 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		// holds as before.
 		return notStarted("extend", k.Name, c, ctx, nil)
 	}
-	r := l.send(ctx, ttl)
+	err := l.extend(ctx, ttl)
+	if h := c.cfg.hooks.Extend; h != nil {
+		h(OpInfo{Key: k.Name, Duration: c.clk.Since(start), Err: err})
+	}
+	return err
+}
+
+// extend sends an extend round and counts it; Extend has checked
+// everything else.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+	c, k := l.c, l.k
+	r := l.ch.send(ctx, "extend", extend(ttl))
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
 	newUntil := clock.Until(r.Started(), ttl, l.drift)
 	l.mu.Lock()
 	inTime := l.left() > 0
-	ok := t.Reached && inTime && validity > 0
+	ok := t.Reached(c.quorum) && inTime && validity > 0
 	if ok {
-		l.until = newUntil
+		l.until, l.from = newUntil, r.Started()
 	}
 	l.mu.Unlock()
 	if ok {
 		return nil
 	}
-	qe := newQuorumError("extend", k.Name, c.quorum, r, nil, ctx)
+	qe := newQuorumError("extend", k.Name, c, r, nil, ctx)
 	qe.Validity = validity
-	if !inTime || t.Other-t.Failed > len(c.nodes)-c.quorum {
+	if !inTime || t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
 	}
 	return qe
@@ -173,8 +196,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNilLock
 	}
-	if !l.begin() {
-		return ErrClosed
+	if err := l.begin(ctx, "unlock"); err != nil {
+		return err
 	}
 	defer l.end()
 	c, k := l.c, l.k
@@ -185,77 +208,54 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if released {
 		return l.notHeld("unlock", "already unlocked")
 	}
-	r := l.send(ctx, 0)
+	start := c.clk.Now()
+	err := l.unlock(ctx, expired)
+	if h := c.cfg.hooks.Unlock; h != nil {
+		h(OpInfo{Key: k.Name, Duration: c.clk.Since(start), Held: start.Sub(l.taken), Err: err})
+	}
+	return err
+}
+
+// unlock sends a release round and counts it; expired says the validity
+// had run out before Unlock was called.
+func (l *Lock) unlock(ctx context.Context, expired bool) error {
+	c := l.c
+	r := l.ch.send(ctx, "release", release(true))
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
 	case expired:
 		return l.notHeld("unlock", "validity ran out before unlock")
-	case t.Reached:
+	case t.Reached(c.quorum):
 		return nil
 	}
-	qe := newQuorumError("unlock", k.Name, c.quorum, r, nil, ctx)
-	if t.Other-t.Failed > len(c.nodes)-c.quorum {
+	qe := newQuorumError("unlock", l.k.Name, c, r, nil, ctx)
+	if t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
 	}
 	return qe
 }
 
-// begin starts an Extend or Unlock: it takes op and enters the client,
-// and reports false (holding neither) once the client is closed. end
-// undoes a successful begin.
-func (l *Lock) begin() bool {
-	l.op.Lock()
-	if !l.c.enter() {
-		l.op.Unlock()
-		return false
+// begin starts an Extend or Unlock (op names it in errors): it takes the
+// op slot, waiting for an Extend or Unlock in progress unless ctx ends
+// first, and begins an operation on the client. It returns ErrClosed once
+// the client is closed, or a *QuorumError with ctx's error. end undoes a
+// successful begin.
+func (l *Lock) begin(ctx context.Context, op string) error {
+	select {
+	case l.op <- struct{}{}:
+	case <-ctx.Done():
+		return notStarted(op, l.k.Name, l.c, ctx, nil)
 	}
-	return true
+	if !l.c.begin() {
+		<-l.op
+		return ErrClosed
+	}
+	return nil
 }
 
 func (l *Lock) end() {
-	l.c.exit()
-	l.op.Unlock()
-}
-
-// send fans an extend to ttl (ttl > 0) or a release (ttl == 0) of the
-// lock out to every node, each node's call sent after its call in the
-// lock's previous round, and makes the new round the previous one. The
-// caller holds op and has entered the client.
-func (l *Lock) send(ctx context.Context, ttl time.Duration) *quorum.Round {
-	c, k, prev := l.c, l.k, l.prev
-	r := quorum.Start(context.WithoutCancel(ctx), c.clk, &c.bg, c.nodes, l.timeout,
-		func(ctx context.Context, i int, n node.Node) (node.Status, error) {
-			if _, err := prev.AwaitContext(ctx, i); err != nil {
-				return node.Unknown, &node.Error{Addr: n.Addr(), Op: opName(ttl), Kind: node.ErrTimeout, Err: errPrevPending}
-			}
-			if ttl > 0 {
-				return n.Extend(ctx, k, ttl)
-			}
-			return n.Release(ctx, k)
-		})
-	l.prev = r
-	return r
-}
-
-// errPrevPending fails a node's call that was never sent: the node had
-// not answered the lock's previous command by the end of this round.
-//
-// Each node applies a lock's commands in the order they were issued: a
-// command waits until the node's call in the previous round returned. A
-// release sent while the SET is in flight could be overtaken by it and
-// leave the key behind for a TTL. The wait, like the call, ends with the
-// round's deadline; a command still waiting then is not sent at all, so
-// commands queued behind a silent node never form a chain that outlives
-// a node timeout. (A command whose call timed out may still reach the
-// node later; extend.lua never shortens a key, so a stale extend is
-// harmless.)
-var errPrevPending = errors.New("the previous command for this lock had not returned; not sent")
-
-func opName(ttl time.Duration) string {
-	if ttl > 0 {
-		return "extend"
-	}
-	return "release"
+	l.c.bg.Done()
+	<-l.op
 }
 
 func (l *Lock) notHeld(op, why string) error {

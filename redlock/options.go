@@ -13,6 +13,7 @@ import (
 const (
 	DefaultTTL         = 10 * time.Second
 	DefaultDriftFactor = 0.01
+	DefaultExtendAfter = 1.0 / 3
 )
 
 // config is everything an Option can set; a Client keeps one and every
@@ -20,13 +21,24 @@ const (
 type config struct {
 	ttl         time.Duration
 	driftFactor float64
-	nodeTimeout time.Duration // 0: derived from ttl, see nodeTimeoutFor
+	nodeTimeout time.Duration // 0: derived from ttl, see timeout
 	retry       RetryStrategy
-	quorum      int // 0: majority
+	quorum      int // 0: majority; checked against N in newClient
 	prefix      string
 	logger      *slog.Logger
 	clock       clock.Clock
 	nodeOptions node.Options
+	keep        keepPolicy
+	hooks       Hooks
+	breaker     Breaker
+	quiet       bool // release notifications off
+}
+
+// keepPolicy is how KeepAlive keeps a lock (see the options that set it).
+type keepPolicy struct {
+	extendAfter float64       // share of the TTL after the last success
+	margin      time.Duration // the job context ends this long before Until
+	maxHold     time.Duration // 0: no bound
 }
 
 func defaults() config {
@@ -36,6 +48,7 @@ func defaults() config {
 		retry:       DefaultRetry(),
 		logger:      slog.New(slog.DiscardHandler),
 		clock:       clock.Real{},
+		keep:        keepPolicy{extendAfter: DefaultExtendAfter},
 	}
 }
 
@@ -61,8 +74,9 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // WithNodeTimeout bounds each command on each node: connecting, writing
 // and reading. Default: TTL/200 clamped to [5ms, 250ms] (50ms for the
 // default 10s TTL; the Redlock description suggests 5–50ms for 10s). A
-// node slower than this counts as failed for that call. Must be > 0 and
-// below the TTL.
+// node slower than this counts as failed for that call. 0 picks the
+// default (so a config value left unset can be passed as is); otherwise
+// it must be > 0 and below the TTL.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithRetry sets the strategy Lock uses between attempts. Default
@@ -71,8 +85,9 @@ func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTi
 func WithRetry(s RetryStrategy) Option { return func(c *config) { c.retry = s } }
 
 // WithQuorum requires q nodes instead of a majority. Default: N/2+1 of the
-// configured nodes. q must be in [N/2+1, N]: a smaller quorum would let two
-// clients hold the lock at once.
+// configured nodes; 0 picks the default. Otherwise q must be in
+// [N/2+1, N]: a smaller quorum would let two clients hold the lock at
+// once.
 func WithQuorum(q int) Option { return func(c *config) { c.quorum = q } }
 
 // WithKeyPrefix is prepended to every key given to Lock and TryLock.
@@ -110,6 +125,25 @@ func TTL(ttl time.Duration) LockOption { return func(c *config) { c.ttl = ttl } 
 // Retry sets the retry strategy for one Lock call.
 func Retry(s RetryStrategy) LockOption { return func(c *config) { c.retry = s } }
 
+// ExtendAfter sets when KeepAlive extends the lock: once this share of the
+// TTL has passed since the last successful acquire or extend. Default 1/3
+// (DefaultExtendAfter), as etcd sessions and Redisson's watchdog: two
+// more tries fit in the validity if one fails. Must be in (0, 1).
+func ExtendAfter(share float64) LockOption { return func(c *config) { c.keep.extendAfter = share } }
+
+// LostMargin makes KeepAlive end the job context this long before
+// Until() when no extend has succeeded in time, so that the job can wind
+// down while the lock still holds. Default 0: the context ends at Until(),
+// the end of the validity (which already allows for clock drift). Must be
+// >= 0 and below the TTL.
+func LostMargin(d time.Duration) LockOption { return func(c *config) { c.keep.margin = d } }
+
+// MaxHold bounds how long KeepAlive keeps the lock, counted from the
+// start of the acquisition: past it, no more extends are sent and the job
+// context ends with ErrLost. Default 0: no bound. The Redlock description
+// asks to bound extensions so that a stuck job cannot hold a lock forever.
+func MaxHold(d time.Duration) LockOption { return func(c *config) { c.keep.maxHold = d } }
+
 // timeout returns the per-node timeout in force.
 func (c *config) timeout() time.Duration {
 	if c.nodeTimeout > 0 {
@@ -127,11 +161,19 @@ func (c *config) check() error {
 	case c.driftFactor < 0 || c.driftFactor >= 0.5 || c.driftFactor != c.driftFactor:
 		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, c.driftFactor)
 	case c.nodeTimeout < 0:
-		return fmt.Errorf("%w: node timeout must be > 0, got %v", ErrInvalid, c.nodeTimeout)
+		return fmt.Errorf("%w: node timeout must be > 0 (or 0 for the default), got %v", ErrInvalid, c.nodeTimeout)
+	case c.quorum < 0:
+		return fmt.Errorf("%w: quorum must be > 0 (or 0 for the default, a majority), got %d", ErrInvalid, c.quorum)
 	case c.timeout() >= c.ttl:
 		return fmt.Errorf("%w: node timeout %v must be below the TTL %v", ErrInvalid, c.timeout(), c.ttl)
 	case c.retry == nil:
 		return fmt.Errorf("%w: nil retry strategy", ErrInvalid)
+	case !(c.keep.extendAfter > 0 && c.keep.extendAfter < 1):
+		return fmt.Errorf("%w: ExtendAfter must be in (0, 1), got %v", ErrInvalid, c.keep.extendAfter)
+	case c.keep.margin < 0 || c.keep.margin >= c.ttl:
+		return fmt.Errorf("%w: LostMargin %v must be in [0, TTL %v)", ErrInvalid, c.keep.margin, c.ttl)
+	case c.keep.maxHold < 0:
+		return fmt.Errorf("%w: MaxHold must be >= 0, got %v", ErrInvalid, c.keep.maxHold)
 	}
 	return nil
 }

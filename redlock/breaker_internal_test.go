@@ -1,0 +1,125 @@
+package redlock
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// call runs one call through b at now with the given outcome; it reports
+// whether the call was let through.
+func call(b *breaker, now time.Time, down bool) bool {
+	ok, gen, _ := b.allow(now)
+	if ok {
+		b.done(now, gen, down)
+	}
+	return ok
+}
+
+func TestBreakerOpensAfterThreshold(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second})
+	assert.True(t, call(b, t0, true))
+	assert.True(t, call(b, t0, true))
+	assert.True(t, call(b, t0, false), "a success resets the run")
+	assert.True(t, call(b, t0, true))
+	assert.True(t, call(b, t0, true))
+	assert.Equal(t, BreakerClosed, b.state)
+	ok, gen, _ := b.allow(t0)
+	require.True(t, ok)
+	tr := b.done(t0, gen, true)
+	assert.Equal(t, transition{BreakerClosed, BreakerOpen}, tr)
+	for range 100 {
+		assert.False(t, call(b, t0.Add(999*time.Millisecond), true), "skipped while open")
+	}
+}
+
+// TestBreakerAnswersNeverTrip: an answered call (taken, absent, refused
+// credentials) is not a failure, however many there are.
+func TestBreakerAnswersNeverTrip(t *testing.T) {
+	b := newBreaker(Breaker{})
+	for range 1000 {
+		require.True(t, call(b, t0, false))
+	}
+	assert.Equal(t, BreakerClosed, b.state)
+}
+
+func TestBreakerProbeAndCooldown(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second, MaxCooldown: 3 * time.Second})
+	now := t0
+	require.True(t, call(b, now, true)) // opens for 1 s
+	assert.False(t, call(b, now.Add(999*time.Millisecond), false))
+
+	now = now.Add(time.Second)
+	ok, gen, tr := b.allow(now)
+	require.True(t, ok, "one probe after the cooldown")
+	assert.Equal(t, transition{BreakerOpen, BreakerHalfOpen}, tr)
+	assert.False(t, call(b, now, false), "a second call while the probe is in flight")
+	assert.Equal(t, transition{BreakerHalfOpen, BreakerOpen}, b.done(now, gen, true), "failed probe re-opens")
+
+	// 2 s now, then 3 s (capped).
+	assert.False(t, call(b, now.Add(1999*time.Millisecond), false))
+	now = now.Add(2 * time.Second)
+	require.True(t, call(b, now, true))
+	assert.False(t, call(b, now.Add(2999*time.Millisecond), false))
+	now = now.Add(3 * time.Second)
+	require.True(t, call(b, now, true))
+	assert.False(t, call(b, now.Add(2999*time.Millisecond), false), "capped at MaxCooldown")
+	now = now.Add(3 * time.Second)
+
+	ok, gen, _ = b.allow(now)
+	require.True(t, ok)
+	assert.Equal(t, transition{BreakerHalfOpen, BreakerClosed}, b.done(now, gen, false), "a good probe closes")
+	assert.True(t, call(b, now, false))
+	// The cooldown starts over after a close.
+	require.True(t, call(b, now, true))
+	assert.True(t, call(b, now.Add(time.Second), false))
+}
+
+// TestBreakerDropsStaleResults: a call let through before the breaker
+// opened, returning during the half-open probe, decides nothing.
+func TestBreakerDropsStaleResults(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second})
+	_, slow, _ := b.allow(t0) // a call that will return late
+	require.True(t, call(b, t0, true))
+	ok, probe, _ := b.allow(t0.Add(time.Second))
+	require.True(t, ok)
+	b.done(t0.Add(time.Second), slow, false)
+	assert.Equal(t, BreakerHalfOpen, b.state, "the late success did not close the breaker")
+	b.done(t0.Add(time.Second), probe, false)
+	assert.Equal(t, BreakerClosed, b.state)
+}
+
+// TestBreakerOneProbeUnderConcurrency: of many calls racing when the
+// cooldown ends, exactly one is the probe.
+func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second})
+	require.True(t, call(b, t0, true))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	through := 0
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if ok, _, _ := b.allow(t0.Add(time.Second)); ok {
+				mu.Lock()
+				through++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 1, through)
+}
+
+func TestBreakerDisabled(t *testing.T) {
+	assert.Nil(t, newNodeBreakers(Breaker{Failures: -1}, 3))
+	var b *breaker
+	ok, _, _ := b.allow(t0)
+	assert.True(t, ok, "a nil breaker lets everything through")
+}

@@ -1,0 +1,140 @@
+package redlock_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// TestCloseEndsRetryWait: a Lock sleeping in its retry delay returns
+// ErrClosed as soon as Close is called, not when the delay ends (an hour
+// here, unbounded with a custom strategy).
+func TestCloseEndsRetryWait(t *testing.T) {
+	fakes, _, c := setup(t, 3, redlock.WithClock(clock.Real{}), redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), "k")
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return fakes[2].count("acquire") == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, c.Close())
+	select {
+	case err := <-errc:
+		assert.ErrorIs(t, err, redlock.ErrClosed)
+	case <-time.After(10 * time.Second): // the delay is an hour
+		t.Fatal("Lock still sleeping in its retry delay after Close")
+	}
+}
+
+// TestLateReleasesRunInParallel: a TryLock cut short by its context
+// against silent nodes leaves one release per node to send once each
+// SET's call returns. They run side by side, not one after another.
+func TestLateReleasesRunInParallel(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	fakes, _, c := setup(t, 3, redlock.WithNodeTimeout(timeout))
+	var inFlight, most atomic.Int32
+	for _, f := range fakes {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "release" {
+				n := inFlight.Add(1)
+				defer inFlight.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+			}
+			<-ctx.Done() // silent: every call ends at its deadline
+			return ctx.Err()
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err := c.TryLock(ctx, "k")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, c.Close())
+	for i, f := range fakes {
+		assert.Equal(t, 1, f.count("release"), "node %d: one late release", i)
+	}
+	assert.Equal(t, int32(3), most.Load(), "late releases ran one after another")
+}
+
+// TestWaitForOpHonoursContext: an Unlock queued behind an Extend that
+// waits on a silent node gives up when its own context ends, instead of
+// waiting for the Extend.
+func TestWaitForOpHonoursContext(t *testing.T) {
+	fakes, _, c := setup(t, 3, redlock.WithNodeTimeout(time.Second))
+	l, err := c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	hold := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("extend", hold))
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		assert.NoError(t, l.Extend(context.Background(), time.Minute))
+	}()
+	require.Eventually(t, func() bool { return fakes[0].count("extend") == 1 }, 5*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err = l.Unlock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, redlock.ErrNotHeld)
+	assert.Positive(t, l.TTL(), "an Unlock that never ran leaves the lock held")
+	close(hold)
+	wg.Wait()
+	for _, f := range fakes {
+		f.setBefore(nil)
+	}
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+// closingHandler is a slog.Handler that closes the client on its first
+// record: a logger may shut the client down without deadlocking it.
+type closingHandler struct {
+	c    **redlock.Client
+	once sync.Once
+	err  error
+}
+
+func (h *closingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *closingHandler) Handle(context.Context, slog.Record) error {
+	h.once.Do(func() { h.err = (*h.c).Close() })
+	return nil
+}
+func (h *closingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *closingHandler) WithGroup(string) slog.Handler      { return h }
+
+func TestLoggerMayClose(t *testing.T) {
+	var c *redlock.Client
+	h := &closingHandler{c: &c}
+	fakes, _, c := setup(t, 3, redlock.WithLogger(slog.New(h)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(context.Background(), "k")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	case <-time.After(10 * time.Second):
+		t.Fatal("TryLock deadlocked on a logger that closes the client")
+	}
+	require.NoError(t, h.err)
+	_, err := c.TryLock(context.Background(), "k")
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+}

@@ -1,0 +1,158 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Hooks receive what a client does, for metrics, traces and logs. Every
+// field is optional, and a nil field costs nothing. Hooks are called
+// synchronously from the client's own goroutines (a node call's, or the
+// caller's): they must return quickly and must not call the client.
+type Hooks struct {
+	// Acquire is called once per TryLock or Lock call that got past
+	// argument checks, when it returns.
+	Acquire func(AcquireInfo)
+	// Extend is called after each Extend that sent commands, KeepAlive's
+	// included.
+	Extend func(OpInfo)
+	// Unlock is called after each Unlock that sent commands.
+	Unlock func(OpInfo)
+	// Lost is called when KeepAlive ends a job context because the lock
+	// could no longer be proven held; cause wraps ErrLost.
+	Lost func(key string, cause error)
+	// NodeCall is called after each command on a node returns, and for
+	// each command a node's open breaker skipped (Latency 0).
+	NodeCall func(NodeCallInfo)
+	// Breaker is called when a node's circuit breaker changes state.
+	Breaker func(BreakerChange)
+}
+
+// AcquireInfo describes one TryLock or Lock call.
+type AcquireInfo struct {
+	Key      string        // prefix included
+	Wait     time.Duration // from the call to its return, backoffs included
+	Attempts int           // attempts made (1 for TryLock)
+	// Err is nil when the lock was granted, else the call's error (a
+	// *QuorumError, ErrClosed, ...).
+	Err error
+}
+
+// Outcome names the call's outcome, for metric labels: "granted",
+// "not_acquired", "canceled" (the caller's context ended), "closed" or
+// "error".
+func (i AcquireInfo) Outcome() string {
+	switch err := i.Err; {
+	case err == nil:
+		return "granted"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	case errors.Is(err, ErrNotAcquired):
+		return "not_acquired"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	}
+	return "error"
+}
+
+// OpInfo describes one Extend or Unlock.
+type OpInfo struct {
+	Key      string
+	Duration time.Duration // of the call
+	// Held is, for Unlock, how long the lock had been held: from the
+	// start of its acquisition to the Unlock.
+	Held time.Duration
+	Err  error // nil on success
+}
+
+// Outcome names the call's outcome, for metric labels: "ok", "not_held"
+// (the lock was lost) or "failed" (outcome unknown).
+func (i OpInfo) Outcome() string {
+	switch {
+	case i.Err == nil:
+		return "ok"
+	case errors.Is(i.Err, ErrNotHeld):
+		return "not_held"
+	}
+	return "failed"
+}
+
+// NodeCallInfo describes one command on one node.
+type NodeCallInfo struct {
+	Node    int    // index in the configured list
+	Addr    string // the node's address
+	Op      string // "acquire", "extend" or "release"
+	Latency time.Duration
+	Err     error // nil when the node answered (done, taken or absent)
+}
+
+// BreakerChange is a node's circuit breaker moving from one state to
+// another.
+type BreakerChange struct {
+	Node     int
+	Addr     string
+	From, To BreakerState
+}
+
+// WithHooks sets the client's hooks. Default: none.
+func WithHooks(h Hooks) Option { return func(c *config) { c.hooks = h } }
+
+// WithBreaker configures the per-node circuit breakers; see Breaker for
+// the defaults. Breaker{Failures: -1} turns them off.
+func WithBreaker(b Breaker) Option { return func(c *config) { c.breaker = b } }
+
+// newNodeBreakers returns one breaker per node, or nil when cfg turns
+// them off.
+func newNodeBreakers(cfg Breaker, n int) []*breaker {
+	if cfg.Failures < 0 {
+		return nil
+	}
+	bs := make([]*breaker, n)
+	for i := range bs {
+		bs[i] = newBreaker(cfg)
+	}
+	return bs
+}
+
+// allow asks node i's breaker whether a call may go.
+func (c *Client) allow(i int) (bool, uint64) {
+	if c.breakers == nil {
+		return true, 0
+	}
+	ok, gen, t := c.breakers[i].allow(c.clk.Now())
+	c.breakerMoved(i, t)
+	return ok, gen
+}
+
+// record tells node i's breaker how a call it let through ended.
+func (c *Client) record(i int, gen uint64, err error) {
+	if c.breakers == nil {
+		return
+	}
+	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err)))
+}
+
+// breakerMoved logs a change of node i's breaker once, and calls the hook.
+func (c *Client) breakerMoved(i int, t transition) {
+	if t.from == t.to {
+		return
+	}
+	addr := c.nodes[i].Addr()
+	switch t.to {
+	case BreakerOpen:
+		c.log.Warn("redlock: node skipped: circuit breaker open", "node", i, "addr", addr, "from", t.from)
+	case BreakerClosed:
+		c.log.Info("redlock: node back: circuit breaker closed", "node", i, "addr", addr)
+	}
+	if h := c.cfg.hooks.Breaker; h != nil {
+		h(BreakerChange{Node: i, Addr: addr, From: t.from, To: t.to})
+	}
+}
+
+// callDone reports a node call to the NodeCall hook.
+func (c *Client) callDone(i int, op string, latency time.Duration, err error) {
+	if h := c.cfg.hooks.NodeCall; h != nil {
+		h(NodeCallInfo{Node: i, Addr: c.nodes[i].Addr(), Op: op, Latency: latency, Err: err})
+	}
+}

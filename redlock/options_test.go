@@ -1,0 +1,47 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// TestZeroOptionsPickDefaults: options are often filled from config
+// values where 0 means "not set". WithNodeTimeout(0) and WithQuorum(0)
+// pick the defaults, as their doc comments say; negative values are
+// ErrInvalid, with an error that says 0 is the way to ask for the default.
+func TestZeroOptionsPickDefaults(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	left := make(chan time.Duration, 1)
+	fakes[0].setBefore(func(ctx context.Context, op string) error {
+		d, _ := ctx.Deadline()
+		left <- time.Until(d)
+		return nil
+	})
+	c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithTTL(10*time.Second),
+		redlock.WithNodeTimeout(0), redlock.WithQuorum(0))
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, 3, c.Quorum(), "WithQuorum(0): a majority")
+	_, err = c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	d := <-left
+	assert.True(t, d > 0 && d <= 50*time.Millisecond, "WithNodeTimeout(0): TTL/200 = 50ms, got %v", d)
+
+	for name, opt := range map[string]redlock.Option{
+		"node timeout": redlock.WithNodeTimeout(-time.Millisecond),
+		"quorum":       redlock.WithQuorum(-1),
+	} {
+		c, err := redlock.New(asNodes(fakes), opt)
+		assert.Nil(t, c, name)
+		require.ErrorIs(t, err, redlock.ErrInvalid, name)
+		assert.Contains(t, err.Error(), "0 for the default", name)
+	}
+}

@@ -1,0 +1,140 @@
+package redlock
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/quorumlock/redlock/internal/quorum"
+	"github.com/quorumlock/redlock/node"
+)
+
+// WithNotifications turns release notifications on or off. On (the
+// default), a Lock call that found the key held subscribes to the key's
+// release channel (node.ReleaseChannel) on every node that offers it
+// (node.Watcher) and retries as soon as the holder releases, or when the
+// holder's keys expire on a majority, instead of after its retry delay,
+// which becomes a cap. Off, Lock waits its retry delays only.
+func WithNotifications(on bool) Option { return func(c *config) { c.quiet = !on } }
+
+// turnstile is the local FIFO queue of one key: the goroutines of one
+// Client waiting in Lock for the same key. Only the head competes on the
+// nodes; the next one's turn comes when the head is done (it got the
+// lock, or gave up).
+type turnstile struct {
+	waiters []chan struct{} // waiters[0] is the head; its channel is closed
+}
+
+// join queues a Lock call for key. turn is closed when it is the head;
+// leave must be called once, whatever happened.
+func (c *Client) join(key string) (turn <-chan struct{}, leave func()) {
+	ch := make(chan struct{})
+	c.qmu.Lock()
+	q := c.queues[key]
+	if q == nil {
+		q = &turnstile{}
+		c.queues[key] = q
+	}
+	q.waiters = append(q.waiters, ch)
+	if len(q.waiters) == 1 {
+		close(ch)
+	}
+	c.qmu.Unlock()
+	return ch, func() {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
+		i := slices.Index(q.waiters, ch)
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+		switch {
+		case len(q.waiters) == 0:
+			delete(c.queues, key)
+		case i == 0:
+			close(q.waiters[0])
+		}
+	}
+}
+
+// watches are one Lock call's subscriptions to its key's releases.
+type watches struct {
+	released chan struct{} // every node's watch sends here
+	ws       []node.Watch
+}
+
+// watch subscribes to key's releases on every node that offers it; nil
+// when notifications are off or no node offers them.
+func (c *Client) watch(key string) *watches {
+	if c.cfg.quiet {
+		return nil
+	}
+	w := &watches{released: make(chan struct{}, 1)}
+	for _, n := range c.nodes {
+		if wn, ok := n.(node.Watcher); ok {
+			w.ws = append(w.ws, wn.Watch(key, w.released))
+		}
+	}
+	if len(w.ws) == 0 {
+		return nil
+	}
+	return w
+}
+
+// ready waits until every node confirmed its subscription, or d has
+// passed on the client's clock (a node whose pub/sub is down must not
+// make Lock slower than its retry delay), or ctx ends or the client is
+// closed (then it returns their error).
+func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	for _, x := range w.ws {
+		select {
+		case <-x.Ready():
+		case <-t.C():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+func (w *watches) stop() {
+	for _, x := range w.ws {
+		x.Stop()
+	}
+}
+
+// wake returns the channel a release notification arrives on; nil (never)
+// without watches.
+func (w *watches) wake() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.released
+}
+
+// freeIn estimates, from a failed attempt's replies, when the holder's
+// keys will have expired on enough nodes for need of them to be free:
+// nodes that answered Done (rolled back) or Absent are free now, nodes
+// that answered Taken with the holder's TTL are free after it. It returns
+// 0 when that cannot be told (too many failures, keys without expiry).
+func freeIn(replies []quorum.Reply, need int) time.Duration {
+	free := 0
+	var ttls []time.Duration
+	for _, r := range replies {
+		switch {
+		case r.Err != nil:
+		case r.Result.Status == node.Done, r.Result.Status == node.Absent:
+			free++
+		case r.Result.Status == node.Taken && r.Result.TTL > 0:
+			ttls = append(ttls, r.Result.TTL)
+		}
+	}
+	k := need - free
+	if k <= 0 || k > len(ttls) {
+		return 0
+	}
+	slices.Sort(ttls)
+	return ttls[k-1]
+}

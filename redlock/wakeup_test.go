@@ -1,0 +1,212 @@
+package redlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// wakeSetup is setup over fakes that offer node.Watcher, with a retry
+// delay of an hour: a Lock that wakes before it did so by notification or
+// by the holder's TTL.
+func wakeSetup(t *testing.T, opts ...redlock.Option) ([]*watchingNode, *clock.Fake, *redlock.Client) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(3, clk)
+	ws := make([]*watchingNode, len(fakes))
+	nodes := make([]node.Node, len(fakes))
+	for i, f := range fakes {
+		ws[i] = newWatching(f)
+		nodes[i] = ws[i]
+	}
+	opts = append([]redlock.Option{redlock.WithClock(clk), redlock.WithNodeTimeout(500 * time.Millisecond),
+		redlock.WithRetry(redlock.LinearBackoff(time.Hour))}, opts...)
+	c, err := redlock.New(nodes, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return ws, clk, c
+}
+
+func lockAsync(c *redlock.Client, ctx context.Context, key string) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		errc <- err
+	}()
+	return errc
+}
+
+func recvErr(t *testing.T, errc <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: still waiting", what)
+		return nil
+	}
+}
+
+// TestUnlockWakesAWaiter: a waiter subscribed after its first failure is
+// granted as soon as the holder unlocks, long before its retry delay (an
+// hour) and the holder's TTL.
+func TestUnlockWakesAWaiter(t *testing.T) {
+	ws, _, c := wakeSetup(t)
+	holder, err := c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	// TryLock returns at quorum: let its last SET land before counting.
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 1 }, 5*time.Second, time.Millisecond)
+	errc := lockAsync(c, context.Background(), "k")
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 3 }, 5*time.Second, time.Millisecond,
+		"the waiter tries, subscribes, and tries once more")
+	time.Sleep(5 * time.Millisecond)
+	require.Equal(t, 3, ws[0].count("acquire"), "then waits")
+	require.NoError(t, holder.Unlock(context.Background()))
+	require.NoError(t, recvErr(t, errc, "Lock after Unlock"))
+	for _, w := range ws {
+		assert.Zero(t, w.watching("k"), "a watch outlived its Lock call")
+	}
+}
+
+// TestRollbackWakesNobody: the rollback of a failed attempt is not
+// announced, or competing waiters would wake each other in a loop.
+func TestRollbackWakesNobody(t *testing.T) {
+	ws, _, c := wakeSetup(t)
+	ws[0].put("k", "other", time.Hour)
+	ws[1].put("k", "other", time.Hour)
+	errc := lockAsync(c, context.Background(), "k")
+	// Node 2 grants (the second attempt may find the first's key still
+	// there) and is rolled back, in the background when it had not
+	// answered by the decision.
+	require.Eventually(t, func() bool { return ws[2].count("acquire") == 2 && ws[2].token("k") == "" }, 5*time.Second, time.Millisecond)
+	assert.Positive(t, ws[2].count("release"))
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, 2, ws[2].count("acquire"), "woken by its own rollback (node 2 granted, then released)")
+	require.NoError(t, c.Close())
+	assert.ErrorIs(t, recvErr(t, errc, "Lock after Close"), redlock.ErrClosed)
+}
+
+// TestMissedSubscriptionFallsBackToTheCap: nodes whose subscription is
+// never confirmed cost nothing but the wake-up: the extra attempt comes
+// after the retry delay, and so do the next ones.
+func TestMissedSubscriptionFallsBackToTheCap(t *testing.T) {
+	ws, clk, c := wakeSetup(t, redlock.WithRetry(redlock.RetryFunc(func(int) (time.Duration, bool) { return time.Second, true })))
+	for _, w := range ws {
+		w.ready = make(chan struct{}) // never ready
+		w.put("k", "other", time.Hour)
+	}
+	errc := lockAsync(c, context.Background(), "k")
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 1 }, 5*time.Second, time.Millisecond)
+	waitWaiters(t, clk, 1)
+	clk.Advance(999 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	assert.Equal(t, 1, ws[0].count("acquire"), "tried again before the delay")
+	clk.Advance(time.Millisecond)
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 2 }, 5*time.Second, time.Millisecond)
+	waitWaiters(t, clk, 1) // the second attempt is over: waiting again
+	for _, w := range ws {
+		w.mu.Lock()
+		delete(w.keys, "k") // the holder's keys expire
+		w.mu.Unlock()
+	}
+	clk.Advance(time.Second)
+	require.NoError(t, recvErr(t, errc, "Lock after the keys expired"))
+}
+
+// TestWakeAtTheHoldersExpiry: the holder never unlocks; the waiter wakes
+// when the holder's keys have expired on a majority (here at 2 s: node 2
+// is free, and nodes 0 and 1 hold for 2 s and 5 s), not at its retry
+// delay.
+func TestWakeAtTheHoldersExpiry(t *testing.T) {
+	ws, clk, c := wakeSetup(t)
+	ws[0].put("k", "other", 2*time.Second)
+	ws[1].put("k", "other", 5*time.Second)
+	// Node 2's grant arrives first, so that each attempt is decided on
+	// all three replies (an estimate from two is only an upper bound).
+	for _, w := range ws[:2] {
+		w.setBefore(func(_ context.Context, op string) error {
+			if op == "acquire" {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return nil
+		})
+	}
+	errc := lockAsync(c, context.Background(), "k")
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 2 }, 5*time.Second, time.Millisecond)
+	waitWaiters(t, clk, 1)
+	clk.Advance(2*time.Second - time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	assert.Equal(t, 2, ws[0].count("acquire"), "woke before a majority was free")
+	clk.Advance(time.Millisecond)
+	require.NoError(t, recvErr(t, errc, "Lock at the majority's expiry"))
+}
+
+// TestLocalWaitersInOrder: goroutines of one client waiting for one key
+// are granted in the order they called Lock, and only the head competes
+// on the nodes.
+func TestLocalWaitersInOrder(t *testing.T) {
+	ws, _, c := wakeSetup(t)
+	ctx := context.Background()
+	holder, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	// TryLock returns at quorum: let its last SET land before counting.
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 1 }, 5*time.Second, time.Millisecond)
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range 5 {
+		before := ws[0].count("acquire")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Lock(ctx, "k")
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			assert.NoError(t, l.Unlock(ctx))
+		}()
+		if i == 0 {
+			require.Eventually(t, func() bool { return ws[0].count("acquire") == before+2 }, 5*time.Second, time.Millisecond)
+		} else {
+			time.Sleep(5 * time.Millisecond) // queued behind the head
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	assert.Equal(t, 3, ws[0].count("acquire"), "only the head competes")
+	require.NoError(t, holder.Unlock(ctx))
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+}
+
+// TestNotificationsOff: WithNotifications(false) subscribes to nothing.
+func TestNotificationsOff(t *testing.T) {
+	ws, clk, c := wakeSetup(t, redlock.WithNotifications(false))
+	for _, w := range ws {
+		w.put("k", "other", time.Hour)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := lockAsync(c, ctx, "k")
+	require.Eventually(t, func() bool { return ws[0].count("acquire") == 1 }, 5*time.Second, time.Millisecond)
+	waitWaiters(t, clk, 1)
+	cancel()
+	assert.ErrorIs(t, recvErr(t, errc, "cancelled Lock"), context.Canceled)
+	ws[0].wmu.Lock()
+	defer ws[0].wmu.Unlock()
+	assert.Zero(t, ws[0].watched["k"])
+}
