@@ -1,12 +1,17 @@
-// Command redlock is a small tool around the Redlock client of this module.
+// Command redlock is the command-line tool of this module:
 //
-//	redlock demo [flags]
+//	redlock run [flags] KEY -- COMMAND [ARGS...]
+//	redlock status [flags] KEY
 //
-// demo starts five independent Redis masters (or uses existing ones),
-// lets several workers — each with its own client, as separate hosts
-// would — contend for one lock, kills a node midway, prints a live log and
-// checks from the outside that no two workers ever held the lock at once.
-// Run "redlock demo -h" for its flags.
+// run holds a Redlock lock while a command runs, for cron jobs and other
+// shell work that must run once at a time across hosts; status shows who
+// holds a lock on each node. "redlock <command> -h" lists the flags, the
+// environment and the exit codes.
+//
+// It links only the library (redlock, node, clock). The
+// demonstration against a cluster of five local Redis masters is a
+// separate program in the integration module, with the test harness it
+// needs: "cd integration && go run ./cmd/redlock-demo" (make demo).
 package main
 
 import (
@@ -26,14 +31,6 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit codes.
-const (
-	exitOK          = 0
-	exitFailed      = 1   // the command failed or found a violation
-	exitUsage       = 2   // bad command line
-	exitInterrupted = 130 // stopped by SIGINT/SIGTERM (128 + SIGINT)
-)
-
 // command is one subcommand: its name, a one-line summary for the usage
 // text, and its entry point, which returns the exit code.
 type command struct {
@@ -45,7 +42,8 @@ type command struct {
 // commands lists the subcommands that exist; usage shows exactly these.
 func commands() []command {
 	return []command{
-		{"demo", "contending workers on five Redis masters, one killed midway;\nchecks that no two workers ever hold the lock at once", demoMain},
+		{"run", "take a lock, run a command while keeping it alive, release it", runMain},
+		{"status", "show who holds a lock on each node", statusMain},
 	}
 }
 
@@ -73,7 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, "usage: redlock <command> [flags]\n\ncommands:\n")
-	for _, c := range commands() {
+	cmds := commands()
+	if len(cmds) == 0 {
+		fmt.Fprint(w, "  (none yet)\n")
+	}
+	for _, c := range cmds {
 		for i, line := range strings.Split(c.summary, "\n") {
 			name := ""
 			if i == 0 {
@@ -83,4 +85,5 @@ func usage(w io.Writer) {
 		}
 	}
 	fmt.Fprint(w, "\nRun \"redlock <command> -h\" for the flags of a command.\n")
+	fmt.Fprint(w, "The demo is a program of its own: cd integration && go run ./cmd/redlock-demo\n")
 }

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+const runTrailer = `The command runs as a child in its own process group, with the lock held
+and kept alive. It gets REDLOCK_KEY, REDLOCK_TOKEN and REDLOCK_UNTIL (the end
+of the validity when it started, RFC 3339, UTC) in its environment.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlock are forwarded to it; the
+lock is released after it exits, never before.
+
+When the lock can no longer be proven held, the command is stopped before
+another host can take over: if extends keep failing, SIGTERM once less than
+--grace of validity is left and SIGKILL when it runs out; if an extend finds
+the lock held by someone else, SIGTERM at once and SIGKILL after --grace.
+
+environment:
+  REDLOCK_NODES   node URLs, comma-separated, when --nodes is not given
+
+exit codes:
+  the command's   its exit status, or 128+N when signal N ended it
+  1               the lock is held elsewhere (-n, or --wait ran out); see -E
+  2               bad command line
+  69              too few nodes answered, or they refused the credentials
+  75              the lock was lost while the command ran
+  126, 127        the command could not be started, or was not found
+  130             interrupted while waiting for the lock
+`
+
+// runMain is "redlock run [flags] KEY -- COMMAND [ARGS...]".
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var nf nodeFlags
+	nf.register(fs)
+	var (
+		wait     time.Duration
+		noWait   bool
+		conflict int
+		grace    time.Duration
+	)
+	fs.DurationVar(&wait, "wait", 0, "how long to wait for the lock (default: until interrupted)")
+	fs.BoolVar(&noWait, "n", false, "make one attempt; exit with the conflict code if the lock is held")
+	fs.BoolVar(&noWait, "no-wait", false, "same as -n")
+	fs.IntVar(&conflict, "conflict-exit-code", exitHeld, "exit code when the lock is held elsewhere")
+	fs.IntVar(&conflict, "E", exitHeld, "same as --conflict-exit-code")
+	fs.DurationVar(&grace, "grace", 0, "time the command gets between SIGTERM and SIGKILL when the lock is lost (default TTL/3)")
+	fs.Usage = usageFunc(fs, "redlock run [flags] KEY -- COMMAND [ARGS...]",
+		"Takes the lock KEY on a majority of the nodes, runs COMMAND while keeping\nthe lock alive, releases it when COMMAND exits and exits with its status.", runTrailer)
+	if err := fs.Parse(args); err != nil {
+		return flagErr(err)
+	}
+	rest := fs.Args()
+	if len(rest) > 1 && rest[1] == "--" {
+		rest = append(rest[:1:1], rest[2:]...)
+	}
+	if len(rest) < 2 || rest[0] == "" {
+		fmt.Fprintln(stderr, "redlock run: need KEY -- COMMAND [ARGS...]")
+		fs.Usage()
+		return exitUsage
+	}
+	key, argv := rest[0], rest[1:]
+	if grace == 0 {
+		grace = nf.ttl / 3
+	}
+	if grace < 0 || grace >= nf.ttl || wait < 0 || conflict < 0 || conflict > 255 {
+		fmt.Fprintln(stderr, "redlock run: --grace must be in [0, TTL), --wait >= 0, --conflict-exit-code in [0, 255]")
+		return exitUsage
+	}
+	urls, err := nf.urls()
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		return exitUsage
+	}
+	c, err := redlock.Dial(urls, nf.options()...)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		return exitUsage
+	}
+	defer c.Close()
+
+	l, code := takeLock(ctx, c, key, wait, noWait, grace, stderr)
+	if l == nil {
+		if code == exitHeld {
+			code = conflict
+		}
+		return code
+	}
+	return runLocked(l, argv, grace, stdout, stderr)
+}
+
+// flagErr maps a flag parse error to an exit code (-h is not an error).
+func flagErr(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}
+
+// takeLock takes the lock as the flags say. On failure it reports why on
+// stderr and returns the exit code.
+func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Duration, noWait bool, grace time.Duration, stderr io.Writer) (*redlock.Lock, int) {
+	opts := []redlock.LockOption{redlock.LostMargin(grace)}
+	var (
+		l   *redlock.Lock
+		err error
+	)
+	if noWait {
+		l, err = c.TryLock(ctx, key, opts...)
+	} else {
+		lctx := ctx
+		if wait > 0 {
+			var cancel context.CancelFunc
+			lctx, cancel = context.WithTimeout(ctx, wait)
+			defer cancel()
+		}
+		// Retry until the lock is free, wait runs out or a signal comes.
+		opts = append(opts, redlock.Retry(redlock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)))
+		l, err = c.Lock(lctx, key, opts...)
+	}
+	if err == nil {
+		return l, exitOK
+	}
+	var qe *redlock.QuorumError
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "redlock run: interrupted while waiting for %q\n", key)
+		return nil, exitInterrupted
+	case errors.As(err, &qe) && qe.Count(node.Taken) > 0:
+		fmt.Fprintf(stderr, "redlock run: %q is held elsewhere\n", key)
+		return nil, exitHeld
+	}
+	fmt.Fprintf(stderr, "redlock run: %v\n", err)
+	return nil, exitUnavailable
+}
+
+// runLocked runs argv as a child while keeping l alive, and releases l
+// after the child exited. It returns redlock's exit code.
+func runLocked(l *redlock.Lock, argv []string, grace time.Duration, stdout, stderr io.Writer) int {
+	defer func() {
+		// The child has exited: release on a fresh context (a signal may
+		// have ended the caller's).
+		if err := l.Unlock(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+			fmt.Fprintf(stderr, "redlock run: unlock %q: %v (the keys expire by their TTL)\n", l.Key(), err)
+		}
+	}()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"REDLOCK_KEY="+l.Key(),
+		"REDLOCK_TOKEN="+l.Token(),
+		"REDLOCK_UNTIL="+time.Now().Add(l.TTL()).UTC().Format(time.RFC3339Nano))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Forwarding starts before the child does, so no signal falls between.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotExec
+	}
+	group := -cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	job, stopKeep := l.KeepAlive(context.Background())
+	defer stopKeep()
+	jobDone := job.Done()
+	var (
+		lost error
+		kill <-chan time.Time
+	)
+	for {
+		select {
+		case s := <-sigs:
+			_ = syscall.Kill(group, s.(syscall.Signal))
+		case <-jobDone:
+			jobDone = nil
+			lost = context.Cause(job)
+			fmt.Fprintf(stderr, "redlock run: %v; sending SIGTERM to the command\n", lost)
+			_ = syscall.Kill(group, syscall.SIGTERM)
+			// SIGKILL after the grace, and at Until at the latest.
+			kill = time.After(min(grace, max(0, time.Until(l.Until()))))
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(stderr, "redlock run: the command outlived its grace; sending SIGKILL\n")
+			_ = syscall.Kill(group, syscall.SIGKILL)
+		case err := <-exited:
+			if lost != nil {
+				return exitLost
+			}
+			return exitStatus(cmd, err, stderr)
+		}
+	}
+}
+
+// exitStatus is the child's exit status, or 128+N when signal N ended it.
+func exitStatus(cmd *exec.Cmd, err error, stderr io.Writer) int {
+	ps := cmd.ProcessState
+	if ps == nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		return exitCannotExec
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
