@@ -19,10 +19,15 @@ func TestSkewEmulation(t *testing.T) {
 	ctx := context.Background()
 	p := prefix(t, 2*time.Second)
 	direct := shared.Direct(0)
-	fast := &skew.Node{Node: direct, Rate: 2}
-	st, err := fast.Acquire(ctx, node.NewKey(p+"k", "tok", time.Second), time.Second)
+	// The same node, straight to its backend as direct is, but as the
+	// lock client's node.Node.
+	n, err := node.Dial("redis://"+shared.Backend.Upstream(0), node.Options{})
 	require.NoError(t, err)
-	require.Equal(t, node.Done, st)
+	defer n.Close()
+	fast := &skew.Node{Node: n, Rate: 2}
+	res, err := fast.Acquire(ctx, node.Key{Name: p + "k", Token: "tok"}, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
 	info, err := direct.Inspect(ctx, p+"k")
 	require.NoError(t, err)
 	assert.LessOrEqual(t, info.TTL, 500*time.Millisecond, "a clock running 2x fast expires a 1s key after 0.5s")

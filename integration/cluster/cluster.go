@@ -21,8 +21,6 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/quorumlock/redlock/node"
 )
 
 // Backend runs the Redis nodes themselves.
@@ -80,7 +78,7 @@ type Cluster struct {
 	mu      sync.Mutex
 	proxies []*toxiproxy.Proxy
 	listen  []string
-	direct  []*node.Redis // straight to the backend, not through the proxy
+	direct  []*Admin // straight to the backend, not through the proxy
 }
 
 // Start brings up a cluster. Close it when done, also on failure paths.
@@ -157,7 +155,7 @@ func (c *Cluster) repoint(i int) error {
 	if c.direct[i] != nil {
 		c.direct[i].Close()
 	}
-	c.direct[i] = node.New(mustParse("redis://"+c.Backend.Upstream(i)), node.Options{Timeout: 2 * time.Second})
+	c.direct[i] = newAdmin(c.Backend.Upstream(i), 2*time.Second)
 	if old := c.proxies[i]; old != nil {
 		if old.Upstream == c.Backend.Upstream(i) {
 			return nil
@@ -179,14 +177,6 @@ func (c *Cluster) repoint(i int) error {
 	return nil
 }
 
-func mustParse(u string) node.Endpoint {
-	ep, err := node.ParseURL(u)
-	if err != nil {
-		panic(err)
-	}
-	return ep
-}
-
 // Size is the number of nodes.
 func (c *Cluster) Size() int { return c.Backend.Size() }
 
@@ -202,9 +192,10 @@ func (c *Cluster) URLs() []string {
 	return out
 }
 
-// Direct returns a node connected straight to node i's backend (bypassing
-// its proxy and faults), for inspection.
-func (c *Cluster) Direct(i int) *node.Redis {
+// Direct returns an admin client connected straight to node i's backend
+// (bypassing its proxy and faults), for inspection and set-up. It is
+// replaced when node i is started again; do not keep it across a Start.
+func (c *Cluster) Direct(i int) *Admin {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.direct[i]

@@ -78,9 +78,9 @@ func assertNoLeftovers(t *testing.T, id string) {
 }
 
 // viaProxy returns a client for node i that goes through its proxy.
-func viaProxy(t *testing.T, c *cluster.Cluster, i int, timeout time.Duration) *node.Redis {
+func viaProxy(t *testing.T, c *cluster.Cluster, i int, timeout time.Duration) *cluster.Admin {
 	t.Helper()
-	n, err := node.Dial(c.URLs()[i], node.Options{Timeout: timeout, MaxIdle: 1})
+	n, err := cluster.NewAdmin(c.URLs()[i], timeout)
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close() })
 	return n
@@ -98,7 +98,7 @@ func timed(t *testing.T, what string, f func() error) {
 // eventually runs cmd on n until it succeeds, at most 5 times: a pooled
 // connection that the restart or the fault cut is dropped after one
 // failed use.
-func eventually(t *testing.T, n *node.Redis, cmd string, args ...any) any {
+func eventually(t *testing.T, n *cluster.Admin, cmd string, args ...any) any {
 	t.Helper()
 	var err error
 	for try := 0; try < 5; try++ {
@@ -154,6 +154,47 @@ func TestKeys(t *testing.T) {
 		assert.ElementsMatch(t, []string{"lock:a"}, keys[1])
 		assert.Empty(t, keys[2])
 	})
+}
+
+func TestAdminInspect(t *testing.T) {
+	c := start(t, "process", cluster.Options{Nodes: 1})
+	ctx := ctxFor(t, time.Minute)
+	a := c.Direct(0)
+	info, err := a.Inspect(ctx, "absent")
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{}, info, "an absent key: no token, TTL 0")
+
+	_, err = a.Command(ctx, "SET", "lock", "tok", "PX", 5000)
+	require.NoError(t, err)
+	info, err = a.Inspect(ctx, "lock")
+	require.NoError(t, err)
+	assert.Equal(t, "tok", info.Token)
+	assert.Greater(t, info.TTL, 4*time.Second)
+	assert.LessOrEqual(t, info.TTL, 5*time.Second)
+
+	set(t, c, 0, "forever", "v")
+	info, err = a.Inspect(ctx, "forever")
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{Token: "v", TTL: -time.Millisecond}, info, "a key without expiry")
+
+	_, err = a.Command(ctx, "NOSUCHCOMMAND")
+	assert.ErrorContains(t, err, "unknown command", "an error reply is an error")
+}
+
+// TestAdminHonoursDeadline: a call to a paused node ends at the caller's
+// deadline when that is sooner than the Admin's timeout.
+func TestAdminHonoursDeadline(t *testing.T) {
+	c := start(t, "process", cluster.Options{Nodes: 1})
+	a := viaProxy(t, c, 0, 5*time.Second)
+	eventually(t, a, "PING")
+	require.NoError(t, c.Pause(ctxFor(t, time.Minute), 0))
+	t.Cleanup(func() { assert.NoError(t, c.Resume(context.Background(), 0)) })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err := a.Command(ctx, "PING")
+	assert.ErrorIs(t, err, node.ErrTimeout)
+	assert.Less(t, time.Since(began), time.Second, "the call outlived its context")
 }
 
 func TestPauseResume(t *testing.T) {

@@ -20,8 +20,6 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
-
-	"github.com/quorumlock/redlock/node"
 )
 
 const (
@@ -371,7 +369,7 @@ func (p pingStrategy) WaitUntilReady(ctx context.Context, t wait.StrategyTarget)
 	if err != nil {
 		return err
 	}
-	n := node.New(mustParse("redis://"+addr), node.Options{Timeout: 250 * time.Millisecond, MaxIdle: 1})
+	n := newAdmin(addr, 250*time.Millisecond)
 	defer n.Close()
 	for try := 0; ; try++ {
 		if _, err = n.Command(ctx, "PING"); err == nil {

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/quorumlock/redlock/node"
 )
 
 // Processes is a Backend of local redis-server processes on loopback.
@@ -133,7 +131,7 @@ func (p *Processes) Start(ctx context.Context, i int) error {
 
 // waitPing waits up to 10s for addr to answer PING, or for exited.
 func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
-	n := node.New(mustParse("redis://"+addr), node.Options{Timeout: 200 * time.Millisecond, MaxIdle: 1})
+	n := newAdmin(addr, 200*time.Millisecond)
 	defer n.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	var err error

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/redlock/integration/cluster"
 	"github.com/quorumlock/redlock/node"
 )
 
@@ -46,25 +47,21 @@ func (n *Node) scale(ttl time.Duration) time.Duration {
 }
 
 // Acquire sets the key with the scaled TTL.
-func (n *Node) Acquire(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+func (n *Node) Acquire(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
 	return n.Node.Acquire(ctx, k, n.scale(ttl))
 }
 
 // Extend re-sets the key's TTL, scaled.
-func (n *Node) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Status, error) {
+func (n *Node) Extend(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
 	return n.Node.Extend(ctx, k, n.scale(ttl))
 }
 
-// Commander is the part of node.Redis Jump needs.
-type Commander interface {
-	Keys(ctx context.Context, pattern string) ([]string, error)
-	Command(ctx context.Context, cmd string, args ...any) (any, error)
-}
-
-// Jump emulates the node's clock jumping forward by d: every live key
-// matching pattern expires d sooner than it would have. It returns how
-// many keys it shortened and how many it deleted.
-func Jump(ctx context.Context, n Commander, pattern string, d time.Duration) (shortened, deleted int, err error) {
+// Jump emulates the clock of the node behind n jumping forward by d:
+// every live key matching pattern expires d sooner than it would have. It
+// returns how many keys it shortened and how many it deleted. n is an
+// admin client, typically cluster.Cluster.Direct: the lock's own node
+// interface has no way to list or re-time keys, and should not.
+func Jump(ctx context.Context, n *cluster.Admin, pattern string, d time.Duration) (shortened, deleted int, err error) {
 	keys, err := n.Keys(ctx, pattern)
 	if err != nil {
 		return 0, 0, err
@@ -114,24 +111,16 @@ func (c Cut) fail(op string) error {
 func (c Cut) Addr() string { return c.Address }
 
 // Acquire fails.
-func (c Cut) Acquire(context.Context, *node.Key, time.Duration) (node.Status, error) {
-	return node.Unknown, c.fail("acquire")
+func (c Cut) Acquire(context.Context, node.Key, time.Duration) (node.Result, error) {
+	return node.Result{}, c.fail("acquire")
 }
 
 // Extend fails.
-func (c Cut) Extend(context.Context, *node.Key, time.Duration) (node.Status, error) {
-	return node.Unknown, c.fail("extend")
+func (c Cut) Extend(context.Context, node.Key, time.Duration) (node.Result, error) {
+	return node.Result{}, c.fail("extend")
 }
 
 // Release fails.
-func (c Cut) Release(context.Context, *node.Key) (node.Status, error) {
-	return node.Unknown, c.fail("release")
+func (c Cut) Release(context.Context, node.Key, bool) (node.Result, error) {
+	return node.Result{}, c.fail("release")
 }
-
-// Inspect fails.
-func (c Cut) Inspect(context.Context, string) (node.Info, error) {
-	return node.Info{}, c.fail("inspect")
-}
-
-// Close does nothing.
-func (c Cut) Close() error { return nil }

@@ -1,0 +1,137 @@
+package integration_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// countingProxy forwards loopback connections to upstream and counts the
+// connections clients open to it.
+type countingProxy struct {
+	ln       net.Listener
+	upstream string
+	accepted atomic.Int64
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newCountingProxy(t *testing.T, upstream string) *countingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &countingProxy{ln: ln, upstream: upstream}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *countingProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.accepted.Add(1)
+		up, err := net.DialTimeout("tcp", p.upstream, time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
+		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
+	}
+}
+
+func (p *countingProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestBreakerSkipsAStoppedNode: with node 4 stopped, once its breaker is
+// open a lock+unlock cycle opens no connection to it (counted at a proxy
+// in front of it) and locks are still granted; when the node is back it
+// is used again within one cooldown.
+func TestBreakerSkipsAStoppedNode(t *testing.T) {
+	const cooldown = 500 * time.Millisecond
+	p := prefix(t, 5*time.Second)
+	proxy := newCountingProxy(t, shared.Addr(4))
+	urls := append(shared.URLs()[:4:4], "redis://"+proxy.ln.Addr().String())
+	var (
+		mu      sync.Mutex
+		changes []redlock.BreakerChange
+		node4ok atomic.Int64
+	)
+	hooks := redlock.Hooks{
+		Breaker: func(c redlock.BreakerChange) { mu.Lock(); changes = append(changes, c); mu.Unlock() },
+		NodeCall: func(i redlock.NodeCallInfo) {
+			if i.Node == 4 && i.Err == nil {
+				node4ok.Add(1)
+			}
+		},
+	}
+	state := func() redlock.BreakerState {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(changes) == 0 {
+			return redlock.BreakerClosed
+		}
+		return changes[len(changes)-1].To
+	}
+	c, err := redlock.Dial(urls, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithHooks(hooks),
+		redlock.WithBreaker(redlock.Breaker{Failures: 3, Cooldown: cooldown}))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+	cycle := func() {
+		t.Helper()
+		l, err := c.TryLock(ctx, p+"k")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+
+	start := scStop(t, shared, 4)
+	for i := 0; state() != redlock.BreakerOpen; i++ {
+		require.Less(t, i, 10, "the breaker never opened")
+		cycle()
+	}
+	time.Sleep(200 * time.Millisecond) // calls already under way land
+	before := proxy.accepted.Load()
+	for range 20 {
+		cycle()
+	}
+	assert.Equal(t, before, proxy.accepted.Load(), "connections opened to a node whose breaker is open")
+
+	start()
+	back := time.Now()
+	for state() != redlock.BreakerClosed {
+		require.Less(t, time.Since(back), 4*cooldown, "node not used again")
+		cycle()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("node back in use %v after it restarted (cooldown %v)", time.Since(back).Round(time.Millisecond), cooldown)
+	n := node4ok.Load()
+	cycle()
+	assert.Eventually(t, func() bool { return node4ok.Load() > n }, 5*time.Second, time.Millisecond, "node 4 answers again")
+}

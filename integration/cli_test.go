@@ -1,0 +1,201 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/redlock"
+)
+
+var (
+	cliOnce sync.Once
+	cliPath string
+	cliErr  error
+)
+
+// cli builds the redlock command once per test binary.
+func cli(t *testing.T) string {
+	t.Helper()
+	cliOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "redlock-cli")
+		if err != nil {
+			cliErr = err
+			return
+		}
+		cliPath = filepath.Join(dir, "redlock")
+		out, err := exec.Command("go", "build", "-o", cliPath, "github.com/quorumlock/redlock/cmd/redlock").CombinedOutput()
+		if err != nil {
+			cliErr = errors.New(string(out))
+		}
+	})
+	require.NoError(t, cliErr)
+	return cliPath
+}
+
+// redlockCmd is the redlock command with args, on the shared cluster.
+func redlockCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(cli(t), args...)
+	cmd.Env = append(os.Environ(), "REDLOCK_NODES="+strings.Join(shared.URLs(), ","))
+	return cmd
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	require.ErrorAs(t, err, &ee)
+	return ee.ExitCode()
+}
+
+// waitFile waits until path contains want.
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), want)
+	}, 20*time.Second, 10*time.Millisecond, "%s never contained %q", path, want)
+}
+
+// TestCLIRunExcludes: two redlock run processes on one key, each running
+// its command three times; the commands log entry and exit in one file,
+// and never overlap.
+func TestCLIRunExcludes(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	log := filepath.Join(t.TempDir(), "log")
+	script := `echo "enter $1" >> "$LOG"; sleep 0.2; echo "exit $1" >> "$LOG"`
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3 {
+				cmd := redlockCmd(t, "run", "--ttl", "2s", p+"job", "--", "sh", "-c", script, "sh", string(rune('a'+w))+string(rune('0'+i)))
+				cmd.Env = append(cmd.Env, "LOG="+log)
+				out, err := cmd.CombinedOutput()
+				assert.NoError(t, err, "%s", out)
+			}
+		}()
+	}
+	wg.Wait()
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 12)
+	for i := 0; i < len(lines); i += 2 {
+		in, out := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		require.Equal(t, "enter", in[0], "%v", lines)
+		require.Equal(t, []string{"exit", in[1]}, out, "two commands overlapped: %v", lines)
+	}
+}
+
+// TestCLIRunNoWaitConflict: -n on a held key exits with the conflict code
+// at once, -E changes it, and the command does not run.
+func TestCLIRunNoWaitConflict(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	c := client(t)
+	l, err := c.TryLock(context.Background(), p+"job")
+	require.NoError(t, err)
+	defer l.Unlock(context.Background())
+	marker := filepath.Join(t.TempDir(), "ran")
+	start := time.Now()
+	out, err := redlockCmd(t, "run", "-n", p+"job", "--", "touch", marker).CombinedOutput()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "held elsewhere")
+	assert.Less(t, time.Since(start), 5*time.Second, "-n waited")
+	out, err = redlockCmd(t, "run", "-n", "-E", "9", p+"job", "--", "touch", marker).CombinedOutput()
+	assert.Equal(t, 9, exitCode(t, err), "%s", out)
+	out, err = redlockCmd(t, "run", "--wait", "300ms", p+"job", "--", "touch", marker).CombinedOutput()
+	assert.Equal(t, 1, exitCode(t, err), "--wait ran out: %s", out)
+	assert.NoFileExists(t, marker)
+}
+
+// TestCLIRunExitStatus: the command's status passes through; a signal
+// that ends it gives 128+N.
+func TestCLIRunExitStatus(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	err := redlockCmd(t, "run", p+"a", "--", "sh", "-c", "exit 7").Run()
+	assert.Equal(t, 7, exitCode(t, err))
+	err = redlockCmd(t, "run", p+"b", "--", "sh", "-c", "kill -KILL $$").Run()
+	assert.Equal(t, 128+9, exitCode(t, err))
+	err = redlockCmd(t, "run", p+"c", "--", "true").Run()
+	assert.Equal(t, 0, exitCode(t, err))
+}
+
+// TestCLIRunLostLock: the lock's keys vanish from a majority; the command
+// gets SIGTERM (it records it) and redlock exits with 75.
+func TestCLIRunLostLock(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	script := `trap 'echo term >> "$LOG"; exit 0' TERM; echo started >> "$LOG"; while true; do sleep 0.05; done`
+	cmd := redlockCmd(t, "run", "--ttl", "1500ms", "--node-timeout", "100ms", p+"job", "--", "sh", "-c", script)
+	cmd.Env = append(cmd.Env, "LOG="+log)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	waitFile(t, log, "started")
+	for i := range 3 {
+		_, err := shared.Direct(i).Command(context.Background(), "DEL", p+"job")
+		require.NoError(t, err)
+	}
+	err := cmd.Wait()
+	assert.Equal(t, 75, exitCode(t, err), "%s", stderr.String())
+	waitFile(t, log, "term")
+	assert.Contains(t, stderr.String(), "lock lost")
+}
+
+// TestCLIRunForwardsSignals: SIGTERM to redlock reaches the command; the
+// lock stays held until the command has exited, and is released then.
+func TestCLIRunForwardsSignals(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	log := filepath.Join(t.TempDir(), "log")
+	script := `trap 'echo term >> "$LOG"; sleep 0.5; echo done >> "$LOG"; exit 0' TERM; echo started >> "$LOG"; while true; do sleep 0.05; done`
+	cmd := redlockCmd(t, "run", p+"job", "--", "sh", "-c", script)
+	cmd.Env = append(cmd.Env, "LOG="+log)
+	require.NoError(t, cmd.Start())
+	waitFile(t, log, "started")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	waitFile(t, log, "term")
+	c := client(t, redlock.WithRetry(redlock.NoRetry()))
+	_, err := c.TryLock(context.Background(), p+"job")
+	assert.ErrorIs(t, err, redlock.ErrNotAcquired, "released before the command exited")
+	require.NoError(t, cmd.Wait())
+	b, _ := os.ReadFile(log)
+	assert.Contains(t, string(b), "done")
+	l, err := c.TryLock(context.Background(), p+"job")
+	require.NoError(t, err, "released after the command exited")
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+// TestCLIStatus: held (exit 1) and free (exit 0).
+func TestCLIStatus(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	c := client(t)
+	l, err := c.TryLock(context.Background(), p+"job")
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // the SETs that lost the race to the quorum land too
+	out, err := redlockCmd(t, "status", p+"job").Output()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "held by a majority")
+	assert.Contains(t, string(out), l.Token()[:8])
+	require.NoError(t, l.Unlock(context.Background()))
+	time.Sleep(50 * time.Millisecond)
+	out, err = redlockCmd(t, "status", p+"job").Output()
+	assert.Equal(t, 0, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "is free")
+}
