@@ -7,8 +7,14 @@
 #   make bench  side-by-side benchmark vs go-redsync (bench/, docs/BENCHMARKS.md);
 #               make bench-go: go test -bench of one lock+unlock cycle.
 #   make experiments  clock-drift experiments (docs/EXPERIMENTS.md).
-#   make lint   gofmt + go vet.
+#   make lint   gofmt + go vet, in every module.
 #   make up / make down / make image   the docker-compose cluster (mk/docker.mk).
+#
+# Go modules: the library at the root; integration/ (the cluster harness,
+# the checker, the integration tests and the demo, with testcontainers-go,
+# toxiproxy and the Docker client); bench/; and one per adapter that pulls
+# a heavy dependency (ADAPTERS). Each replaces the library with ../, so
+# the library's go.mod needs none of their dependencies.
 
 GO ?= go
 GOTESTFLAGS ?=
@@ -27,30 +33,38 @@ deps:
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory image; \
 	else echo "deps: no Docker engine answers; tests use local redis-server processes"; fi
 
-# Everything but the packages that run Redis clusters of their own.
-UNIT_PKGS = ./clock/... ./node/... ./quorum/... ./redlock/... ./cmd/...
+# The root module's packages: the library and its command. Everything that
+# runs Redis clusters of its own is in the integration module.
+UNIT_PKGS = ./clock/... ./node/... ./internal/... ./redlock/... ./cmd/...
+INTEGRATION_DIR = integration
+# Adapter modules: metrics for Prometheus and OpenTelemetry.
+ADAPTERS = redlockprom redlockotel
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd $(INTEGRATION_DIR) && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	for m in $(ADAPTERS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 # The integration packages run one at a time (-p 1): each starts and kills
 # Redis containers, and on two cores one package's docker starts stall the
 # other's nodes past their timeouts.
 test: deps lint
 	$(GO) test -race -count=1 -timeout 10m $(GOTESTFLAGS) $(UNIT_PKGS)
-	$(GO) test -race -count=1 -p 1 -timeout 25m $(GOTESTFLAGS) ./integration/...
+	for m in $(ADAPTERS); do (cd $$m && $(GO) test -race -count=1 -timeout 5m $(GOTESTFLAGS) ./...) || exit 1; done
+	cd $(INTEGRATION_DIR) && $(GO) test -race -count=1 -p 1 -timeout 25m $(GOTESTFLAGS) ./...
 
 unit: lint
 	$(GO) test -race -count=1 $(UNIT_PKGS)
+	for m in $(ADAPTERS); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
 integration: deps
-	$(GO) test -race -count=1 -p 1 -timeout 25m -v $(GOTESTFLAGS) ./integration/...
+	cd $(INTEGRATION_DIR) && $(GO) test -race -count=1 -p 1 -timeout 25m -v $(GOTESTFLAGS) ./...
 
 demo: deps
-	$(GO) run ./cmd/redlock demo
+	cd $(INTEGRATION_DIR) && $(GO) run ./cmd/redlock-demo
 
 # The side-by-side benchmark (bench/, its own module): this client, go-redsync
 # and a raw redigo floor, interleaved; writes docs/BENCHMARKS.md.
@@ -64,4 +78,4 @@ experiments: deps
 
 # go test benchmarks of one lock+unlock cycle on five local nodes.
 bench-go: deps
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./integration/
+	cd $(INTEGRATION_DIR) && $(GO) test -run '^$$' -bench . -benchmem -count 5 .
