@@ -43,6 +43,11 @@ type setup struct {
 	pool        int           // MaxIdle = MaxActive per node
 	sockTimeout time.Duration // redigo dial/read/write timeout (node.Options.Timeout default)
 	rawTimeout  time.Duration // per-call deadline of the raw floor (= our default node timeout)
+	checkIdle   time.Duration // A's node.Options.CheckIdle; 0 = the library's default (1s)
+	// stats, when set, gives A counting hooks (redlock.WithHooks): node
+	// calls by node and outcome, breaker changes. Nil in the direct pass,
+	// which measures the library as configured by default.
+	stats *ourStats
 }
 
 func hostPort(u string) string { return strings.TrimPrefix(u, "redis://") }
@@ -66,10 +71,74 @@ func (w *ourWorker) Unlock(ctx context.Context) error {
 	return err
 }
 
+// maxNodes bounds the node indices ourStats keeps.
+const maxNodes = 8
+
+// ourStats counts, through A's hooks, what its node calls did and how its
+// per-node circuit breakers moved. The hooks are an atomic add each: one
+// NodeCall per node per command, one Breaker per change of state.
+type ourStats struct {
+	ok, timeout, skipped, other [maxNodes]atomic.Int64 // node calls by outcome
+	opened, closed              [maxNodes]atomic.Int64 // breaker changes to open / to closed
+}
+
+// callStats is a snapshot of ourStats for one node.
+type callStats struct {
+	ok, timeout, skipped, other int64
+	opened, closed              int64
+}
+
+func (c callStats) sub(o callStats) callStats {
+	return callStats{c.ok - o.ok, c.timeout - o.timeout, c.skipped - o.skipped, c.other - o.other, c.opened - o.opened, c.closed - o.closed}
+}
+
+func (s *ourStats) node(i int) callStats {
+	if s == nil || i < 0 || i >= maxNodes {
+		return callStats{}
+	}
+	return callStats{s.ok[i].Load(), s.timeout[i].Load(), s.skipped[i].Load(), s.other[i].Load(), s.opened[i].Load(), s.closed[i].Load()}
+}
+
+func (s *ourStats) hooks() redlock.Hooks {
+	return redlock.Hooks{
+		NodeCall: func(ci redlock.NodeCallInfo) {
+			if ci.Node < 0 || ci.Node >= maxNodes {
+				return
+			}
+			switch {
+			case ci.Err == nil:
+				s.ok[ci.Node].Add(1)
+			case errors.Is(ci.Err, node.ErrCircuitOpen):
+				s.skipped[ci.Node].Add(1)
+			case errors.Is(ci.Err, node.ErrTimeout):
+				s.timeout[ci.Node].Add(1)
+			default:
+				s.other[ci.Node].Add(1)
+			}
+		},
+		Breaker: func(bc redlock.BreakerChange) {
+			if bc.Node < 0 || bc.Node >= maxNodes {
+				return
+			}
+			switch bc.To {
+			case redlock.BreakerOpen:
+				s.opened[bc.Node].Add(1)
+			case redlock.BreakerClosed:
+				s.closed[bc.Node].Add(1)
+			}
+		},
+	}
+}
+
 func newOurs(urls []string, s setup) (*contender, error) {
-	c, err := redlock.Dial(urls,
+	opts := []redlock.Option{
 		redlock.WithTTL(s.ttl),
-		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout}))
+		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout, CheckIdle: s.checkIdle}),
+	}
+	if s.stats != nil {
+		opts = append(opts, redlock.WithHooks(s.stats.hooks()))
+	}
+	c, err := redlock.Dial(urls, opts...)
 	if err != nil {
 		return nil, err
 	}

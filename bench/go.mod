@@ -2,12 +2,18 @@ module github.com/quorumlock/redlock/bench
 
 go 1.26.8
 
-replace github.com/quorumlock/redlock => ../
+// The library and its integration module (the cluster harness, the
+// checker, skew), from this repository.
+replace (
+	github.com/quorumlock/redlock => ../
+	github.com/quorumlock/redlock/integration => ../integration
+)
 
 require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock/integration v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
 )
 

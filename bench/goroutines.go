@@ -60,3 +60,30 @@ func settle(max time.Duration) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// clientGoroutines returns the goroutines that are not the in-process
+// proxies'.
+func clientGoroutines() int {
+	t, p := goroutines()
+	return t - p
+}
+
+// quiet waits until the goroutine count has not changed over three
+// samples 20 ms apart, or max has passed: what the previous contender
+// left running (calls to a slow node, late replies) has ended.
+func quiet(max time.Duration) {
+	deadline := time.Now().Add(max)
+	last, same := -1, 0
+	for time.Now().Before(deadline) {
+		n := runtime.NumGoroutine()
+		if n == last {
+			same++
+			if same >= 2 {
+				return
+			}
+		} else {
+			last, same = n, 0
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,12 +1,14 @@
 // Command bench measures this Redlock client side by side with go-redsync
 // (default and fail-fast) and a raw redigo floor, on five local
-// redis-server processes each behind an in-process toxiproxy.
+// redis-server processes, in two set-ups: every node behind an in-process
+// toxiproxy, and only the faulty node behind one (the other four reached
+// directly), so that the proxies do not compress the ratios.
 //
 // It is its own module so that the peers stay out of the library's go.mod.
 // Run it from this directory:
 //
-//	go run . -quick                  # ~1 minute smoke run
-//	go run . -out results/latest.md  # full run, ~4-5 minutes on 2 cores
+//	go run . -quick                  # ~2 minute smoke run
+//	go run . -out results/latest.md  # full run, ~8 minutes on 2 cores
 //	go vet ./...
 //
 // See README.md for what is measured and how.
@@ -22,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +55,15 @@ type params struct {
 	faultNode    int
 	faultWorkers int
 	setup        setup
+	setups       map[string]bool // nil: all
+	before       string          // report of the run before a redesign, to compare with
+}
+
+// topology is how the contenders reach the nodes.
+type topology struct {
+	id, title string
+	urls      []string
+	scenarios []string // scenario ids run in this set-up
 }
 
 type scenario struct {
@@ -67,6 +79,7 @@ type roundRes struct {
 	mallocs uint64
 	bytes   uint64
 	cpu     time.Duration // process user+sys time
+	gorEnd  int           // client goroutines right after the round, minus those right before it
 }
 
 // cpuTime returns the process' user+system CPU time so far.
@@ -103,7 +116,10 @@ type result struct {
 	gap        hist // contended: release start to the next holder's grant
 	gapOther   hist // the same, only when the next holder is another goroutine
 	rounds     []roundRes
-	ratios     []float64 // per round: (time per cycle) / (raw floor's, same round)
+	ratios     []float64   // per round: (time per cycle) / (raw floor's, same round)
+	cpuRatios  []float64   // per round: (CPU per cycle) / (raw floor's, same round)
+	gorEnd     []int       // per round: client goroutines left at the round's end
+	calls      []callStats // A only: per node, what its calls did during the rounds (hooks)
 	lockErrs   int
 	unlockErrs int
 	cut        int // contended: Lock ended by the round's end
@@ -115,6 +131,7 @@ type result struct {
 }
 
 type scenarioRes struct {
+	topo    *topology
 	sc      scenario
 	res     []*result // by contender, A B C D
 	elapsed time.Duration
@@ -129,15 +146,17 @@ type directRes struct {
 	cycle   hist
 	cycles  int
 	elapsed time.Duration
+	sites   []allocSite // A only: where its allocations come from
 }
 
 type bench struct {
-	p       params
-	cl      *cluster.Cluster
-	ctx     context.Context
-	proxied []string
-	cons    []*contender // the current scenario's instances
-	log     func(format string, args ...any)
+	p    params
+	cl   *cluster.Cluster
+	ctx  context.Context
+	urls []string     // the current set-up's node URLs
+	cur  setup        // the current scenario's contender set-up (A's counters)
+	cons []*contender // the current scenario's instances
+	log  func(format string, args ...any)
 }
 
 // wstate is one harness goroutine's state for one contender in one
@@ -166,16 +185,19 @@ func (st *wstate) failed(count *int, err error) {
 
 func main() {
 	var (
-		quick   = flag.Bool("quick", false, "short smoke run (~1 minute)")
+		quick   = flag.Bool("quick", false, "short smoke run (~2 minutes)")
 		out     = flag.String("out", "", "also write the Markdown report to this file")
 		rounds  = flag.Int("rounds", 0, "interleaved rounds per scenario (default 16, quick 8)")
 		roundD  = flag.Duration("round", 0, "duration per contender per round (default 400ms, quick 120ms)")
 		pool    = flag.Int("pool", 64, "MaxIdle = MaxActive per node, for every contender")
 		sockT   = flag.Duration("socket-timeout", time.Second, "redigo dial/read/write timeout for every pool (node.Options.Timeout default)")
+		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle (0: the library's default, 1s; negative: off); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
-		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 10m, quick 4m)")
+		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 15m, quick 6m)")
 		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run (healthy-serial,healthy-parallel,latency,blackhole,contended); default all")
+		setups  = flag.String("setups", "", "comma-separated subset of set-ups to run (proxied: all nodes behind proxies; mixed: only the faulty node behind one); default both")
+		before  = flag.String("before", "results/before-ccc0598.md", "report of an earlier run (its own harness) to compare with; skipped when missing")
 		profDir = flag.String("allocprofile", "", "after the direct pass, write per-contender allocation profiles (MemProfileRate=1) to this directory")
 	)
 	flag.Parse()
@@ -184,15 +206,15 @@ func main() {
 		tail: time.Second, tailBH: 6 * time.Second, settleDur: 300 * time.Millisecond,
 		directRounds: 10, directCycles: 1000,
 		parallel: 32, contenders: 8, hold: time.Millisecond, latency: 30 * time.Millisecond,
-		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir,
-		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond},
+		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir, before: *before,
+		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle},
 	}
-	watchdog := 10 * time.Minute
+	watchdog := 15 * time.Minute
 	if p.quick {
 		p.rounds, p.roundDur, p.warmup = 8, 120*time.Millisecond, 80*time.Millisecond
 		p.tail, p.tailBH, p.settleDur = 300*time.Millisecond, 1500*time.Millisecond, 200*time.Millisecond
 		p.directRounds, p.directCycles = 8, 200
-		watchdog = 4 * time.Minute
+		watchdog = 6 * time.Minute
 	}
 	if *rounds > 0 {
 		p.rounds = *rounds
@@ -207,6 +229,12 @@ func main() {
 		p.only = map[string]bool{}
 		for _, id := range strings.Split(*only, ",") {
 			p.only[strings.TrimSpace(id)] = true
+		}
+	}
+	if *setups != "" {
+		p.setups = map[string]bool{}
+		for _, id := range strings.Split(*setups, ",") {
+			p.setups[strings.TrimSpace(id)] = true
 		}
 	}
 	if p.faultNode < 0 || p.faultNode > 4 {
@@ -247,11 +275,17 @@ func run(p params, out string, watchdog time.Duration) int {
 
 	proxied := cl.URLs()
 	direct := make([]string, cl.Size())
+	mixed := make([]string, cl.Size())
 	for i := range direct {
 		direct[i] = "redis://" + cl.Backend.Upstream(i)
+		mixed[i] = direct[i]
 	}
+	// Only the faulty node behind its proxy: the healthy majority is
+	// reached directly, so the proxies no longer sit in every cycle's
+	// quorum (nor burn CPU for it) and compress the ratios.
+	mixed[p.faultNode] = proxied[p.faultNode]
 
-	b := &bench{p: p, cl: cl, ctx: ctx, log: logf, proxied: proxied}
+	b := &bench{p: p, cl: cl, ctx: ctx, log: logf}
 	// The floor's release script, loaded once on every node (directly, not
 	// through the proxies); the floor falls back to EVAL on NOSCRIPT anyway.
 	for i := 0; i < cl.Size(); i++ {
@@ -264,24 +298,51 @@ func run(p params, out string, watchdog time.Duration) int {
 		}
 	}
 
+	// One cycle of every contender straight to the nodes: each client's
+	// own scripts (the library's release.lua, redsync's delete script) are
+	// then in every node's cache, as the floor's is, whatever scenario
+	// runs first. Otherwise the first release on a slow node would pay
+	// NOSCRIPT and an EVAL: two round trips within one node timeout.
+	if err := b.primeScripts(direct); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: priming scripts:", err)
+		return 1
+	}
+
 	scenarios := []scenario{
 		{id: "healthy-serial", title: "Healthy, serial (1 goroutine, distinct keys)", workers: 1},
 		{id: "healthy-parallel", title: fmt.Sprintf("Healthy, parallel (%d goroutines, distinct keys)", p.parallel), workers: p.parallel},
-		{id: "latency", title: fmt.Sprintf("One node +%v latency (node %d, %d goroutine(s), distinct keys)", p.latency, p.faultNode, p.faultWorkers), workers: p.faultWorkers, fault: "latency"},
-		{id: "blackhole", title: fmt.Sprintf("One node blackholed (node %d, %d goroutine(s), distinct keys)", p.faultNode, p.faultWorkers), workers: p.faultWorkers, fault: "blackhole"},
+		{id: "latency", title: fmt.Sprintf("One node +%v latency (node %d of 1–5, %d goroutine(s), distinct keys)", p.latency, p.faultNode+1, p.faultWorkers), workers: p.faultWorkers, fault: "latency"},
+		{id: "blackhole", title: fmt.Sprintf("One node blackholed (node %d of 1–5, %d goroutine(s), distinct keys)", p.faultNode+1, p.faultWorkers), workers: p.faultWorkers, fault: "blackhole"},
 		{id: "contended", title: fmt.Sprintf("Contended (%d goroutines on one key, holding %v)", p.contenders, p.hold), workers: p.contenders, contended: true},
 	}
+	topos := []*topology{
+		{id: "proxied", title: "all five nodes behind in-process toxiproxies", urls: proxied,
+			scenarios: []string{"healthy-serial", "healthy-parallel", "latency", "blackhole", "contended"}},
+		{id: "mixed", title: fmt.Sprintf("only the faulty node (node %d) behind a toxiproxy, the other four reached directly", p.faultNode+1), urls: mixed,
+			scenarios: []string{"healthy-serial", "latency", "blackhole"}},
+	}
 	var results []*scenarioRes
-	for _, sc := range scenarios {
-		if ctx.Err() != nil {
-			break
-		}
-		if p.only != nil && !p.only[sc.id] {
+	for _, tp := range topos {
+		if p.setups != nil && !p.setups[tp.id] {
 			continue
 		}
-		if r := b.scenario(sc); len(r.res) == len(contenderIDs) {
-			results = append(results, r)
+		b.urls = tp.urls
+		for _, sc := range scenarios {
+			if ctx.Err() != nil {
+				break
+			}
+			if p.only != nil && !p.only[sc.id] || !slices.Contains(tp.scenarios, sc.id) {
+				continue
+			}
+			if r := b.scenario(tp, sc); len(r.res) == len(contenderIDs) {
+				results = append(results, r)
+			}
 		}
+	}
+	var diag []diagRes
+	if ctx.Err() == nil && (p.only == nil || p.only["latency"]) && (p.setups == nil || p.setups["mixed"]) {
+		b.urls = mixed
+		diag = b.latencyDiag()
 	}
 	var dres []*directRes
 	if ctx.Err() == nil {
@@ -299,7 +360,7 @@ func run(p params, out string, watchdog time.Duration) int {
 	total := time.Since(started)
 
 	e.loadEnd = loadAvg()
-	report := render(p, results, dres, total, e)
+	report := render(p, topos, results, dres, diag, readBefore(p.before), total, e)
 	fmt.Print(report)
 	if out != "" {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err == nil {
@@ -347,6 +408,32 @@ func makeContenders(urls []string, s setup) ([]*contender, error) {
 	return out, nil
 }
 
+// primeScripts runs one lock+unlock cycle of every contender on urls.
+func (b *bench) primeScripts(urls []string) error {
+	cons, err := makeContenders(urls, b.p.setup)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range cons {
+			_ = c.close()
+		}
+	}()
+	for _, c := range cons {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		w := c.newWorker()
+		err := w.Lock(ctx, "bench:prime:"+c.id)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.id, err)
+		}
+	}
+	return nil
+}
+
 // renew closes contender i and puts a fresh instance in its place, its
 // workers keeping their keys. It returns how long the client goroutines
 // took to get back to want after the close (max 10 s).
@@ -354,7 +441,7 @@ func (b *bench) renew(i int, states []*wstate, want int) time.Duration {
 	start := time.Now()
 	_ = b.cons[i].close()
 	d, _ := b.drain(want, 10*time.Second)
-	c, err := makeContender(b.cons[i].id, b.proxied, b.p.setup)
+	c, err := makeContender(b.cons[i].id, b.urls, b.cur)
 	if err != nil {
 		b.log("renew %s: %v", b.cons[i].id, err)
 		return time.Since(start)
@@ -531,8 +618,11 @@ func (b *bench) contendedLoop(id int, st *wstate, sh *contShared, end time.Time,
 	}
 }
 
-func (b *bench) scenario(sc scenario) *scenarioRes {
+func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 	t0 := time.Now()
+	logf := b.log
+	b.log = func(format string, args ...any) { logf(tp.id+" "+format, args...) }
+	defer func() { b.log = logf }()
 	b.log("scenario %s: start", sc.id)
 	runtime.GC()
 	settle(1500 * time.Millisecond)
@@ -544,11 +634,13 @@ func (b *bench) scenario(sc scenario) *scenarioRes {
 	// address; with heavy connection churn and port reuse, an existing
 	// connection can drop out of that map and miss a toxic added later.)
 	b.applyFault(sc.fault)
-	cons, err := makeContenders(b.proxied, b.p.setup)
+	b.cur = b.p.setup
+	b.cur.stats = new(ourStats)
+	cons, err := makeContenders(b.urls, b.cur)
 	if err != nil {
 		b.log("scenario %s: %v", sc.id, err)
 		b.heal()
-		return &scenarioRes{sc: sc}
+		return &scenarioRes{topo: tp, sc: sc}
 	}
 	b.cons = cons
 	defer func() {
@@ -585,6 +677,11 @@ func (b *bench) scenario(sc scenario) *scenarioRes {
 	}
 	runtime.GC()
 
+	// A's hook counters over the rounds only.
+	calls0 := make([]callStats, len(b.urls))
+	for k := range calls0 {
+		calls0[k] = b.cur.stats.node(k)
+	}
 	// Interleaved rounds, rotating the order: A B C D, B C D A, ...
 	for r := 0; r < b.p.rounds && b.ctx.Err() == nil; r++ {
 		per := make([]roundRes, n)
@@ -595,29 +692,47 @@ func (b *bench) scenario(sc scenario) *scenarioRes {
 			if sc.fault == "blackhole" {
 				n0 = b.nodeCommands(b.p.faultNode)
 			}
+			// What the previous contender left running (calls to a slow
+			// node, late replies) ends first, so that the count after the
+			// round is this contender's own.
+			quiet(500 * time.Millisecond)
+			g0 := clientGoroutines()
 			runtime.ReadMemStats(&m0)
 			c0 := cpuTime()
 			cycles, el, viol := b.runRound(sc, states[i], time.Now().Add(b.p.roundDur), res[i], strconv.Itoa(r))
 			c1 := cpuTime()
 			runtime.ReadMemStats(&m1)
+			g1 := clientGoroutines()
 			if n0 >= 0 {
 				res[i].leaked += leaked(n0, b.nodeCommands(b.p.faultNode))
 			}
-			per[i] = roundRes{cycles: cycles, elapsed: el, mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cpu: c1 - c0}
+			per[i] = roundRes{cycles: cycles, elapsed: el, mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cpu: c1 - c0, gorEnd: g1 - g0}
 			res[i].violations += viol
 			isolate(i, states[i])
 		}
 		floor := per[n-1]
 		for i := range res {
 			res[i].rounds = append(res[i].rounds, per[i])
+			res[i].gorEnd = append(res[i].gorEnd, per[i].gorEnd)
 			if per[i].cycles > 0 && floor.cycles > 0 {
 				x := per[i].elapsed.Seconds() / float64(per[i].cycles)
 				f := floor.elapsed.Seconds() / float64(floor.cycles)
 				res[i].ratios = append(res[i].ratios, x/f)
+				if floor.cpu > 0 {
+					xc := per[i].cpu.Seconds() / float64(per[i].cycles)
+					fc := floor.cpu.Seconds() / float64(floor.cycles)
+					res[i].cpuRatios = append(res[i].cpuRatios, xc/fc)
+				}
 			}
 		}
-		b.log("scenario %s: round %d/%d: cycles A=%d B=%d C=%d D=%d; leaked so far %d %d %d %d", sc.id, r+1, b.p.rounds, per[0].cycles, per[1].cycles, per[2].cycles, per[3].cycles, res[0].leaked, res[1].leaked, res[2].leaked, res[3].leaked)
+		b.log("scenario %s: round %d/%d: cycles A=%d B=%d C=%d D=%d; goroutines at end %+d %+d %+d %+d; leaked so far %d %d %d %d", sc.id, r+1, b.p.rounds, per[0].cycles, per[1].cycles, per[2].cycles, per[3].cycles,
+			per[0].gorEnd, per[1].gorEnd, per[2].gorEnd, per[3].gorEnd, res[0].leaked, res[1].leaked, res[2].leaked, res[3].leaked)
 	}
+	for k := range calls0 {
+		res[0].calls = append(res[0].calls, b.cur.stats.node(k).sub(calls0[k]))
+	}
+	fc := res[0].calls[b.p.faultNode]
+	b.log("scenario %s: A's calls to node %d during the rounds: %d ok, %d timed out, %d skipped (breaker open), %d other; breaker opened %d times, closed %d", sc.id, b.p.faultNode+1, fc.ok, fc.timeout, fc.skipped, fc.other, fc.opened, fc.closed)
 	for i, r := range res {
 		r.perWorker = make([]int, len(states[i]))
 		for w, st := range states[i] {
@@ -649,7 +764,62 @@ func (b *bench) scenario(sc scenario) *scenarioRes {
 			g.cycles, g.dur.Round(time.Millisecond), g.maxCycle.Round(time.Millisecond), g.errs, g.half-g.halfProxy, g.end-g.endProxy, g.settled-g.settledProxy, g.samples, g.leaked)
 	}
 	b.log("scenario %s: done in %v", sc.id, time.Since(t0).Round(100*time.Millisecond))
-	return &scenarioRes{sc: sc, res: res, elapsed: time.Since(t0)}
+	return &scenarioRes{topo: tp, sc: sc, res: res, elapsed: time.Since(t0)}
+}
+
+// diagRes is one variant of A's node options in the latency diagnosis.
+type diagRes struct {
+	name      string
+	checkIdle time.Duration
+	pool      int
+	cycles    int
+	calls     callStats // to the slow node
+}
+
+// latencyDiag runs A alone against the slow node (the current set-up,
+// +latency on the fault node) with its default node options and with the
+// two suspects of timeouts on a node slower than half the node timeout
+// turned off: CheckIdle (a PING before a command on a connection idle for
+// a second: two round trips within one node timeout) and the pool's size
+// (calls to the slow node hold a connection for a round trip each, and
+// wait for one when MaxActive are busy). Each variant: a fresh client, a
+// warm-up, then rounds of the usual length separated by the idle time a
+// contender sees between its interleaved rounds (at least 1.2 s, more
+// than CheckIdle); the hooks count what the
+// calls to the slow node did and how the breaker moved.
+func (b *bench) latencyDiag() []diagRes {
+	b.log("latency diagnosis: start")
+	b.applyFault("latency")
+	defer b.heal()
+	idle := max(1200*time.Millisecond, 3*(b.p.roundDur+50*time.Millisecond))
+	variants := []diagRes{
+		{name: "A as benchmarked (CheckIdle 1s, pool 64)", pool: b.p.setup.pool},
+		{name: "CheckIdle off", checkIdle: -1, pool: b.p.setup.pool},
+		{name: "CheckIdle off, pool 256", checkIdle: -1, pool: 256},
+	}
+	sc := scenario{id: "latency-diag", workers: b.p.faultWorkers, fault: "latency"}
+	for k := range variants {
+		v := &variants[k]
+		s := b.p.setup
+		s.stats, s.checkIdle, s.pool = new(ourStats), v.checkIdle, v.pool
+		c, err := makeContender("A", b.urls, s)
+		if err != nil {
+			b.log("latency diagnosis: %v", err)
+			return nil
+		}
+		ws := b.newStates(sc, c)
+		b.runRound(sc, ws, time.Now().Add(b.p.warmup), nil, "warmup")
+		for r := 0; r < 4 && b.ctx.Err() == nil; r++ {
+			time.Sleep(idle)
+			n, _, _ := b.runRound(sc, ws, time.Now().Add(b.p.roundDur), nil, "diag")
+			v.cycles += n
+		}
+		_ = c.close()
+		v.calls = s.stats.node(b.p.faultNode)
+		b.log("latency diagnosis: %s: %d cycles; calls to node %d: %d ok, %d timed out, %d skipped; breaker opened %d, closed %d",
+			v.name, v.cycles, b.p.faultNode+1, v.calls.ok, v.calls.timeout, v.calls.skipped, v.calls.opened, v.calls.closed)
+	}
+	return variants
 }
 
 // nodeCommands returns node i's total_commands_processed, read directly
@@ -779,7 +949,7 @@ func (b *bench) goroutinePass(sc scenario, i int, ws []*wstate, d time.Duration,
 // fixed number of cycles.
 func (b *bench) directPass(urls []string) ([]*directRes, error) {
 	b.log("direct pass (no proxies): start")
-	cons, err := makeContenders(urls, b.p.setup)
+	cons, err := makeContenders(urls, b.p.setup) // no hooks
 	if err != nil {
 		return nil, err
 	}
@@ -824,6 +994,9 @@ func (b *bench) directPass(urls []string) ([]*directRes, error) {
 			out[i].ratios = append(out[i].ratios, el[i].Seconds()/el[n-1].Seconds())
 		}
 	}
+	// Where A's allocations come from: every allocation of a batch of
+	// cycles, by allocating function.
+	out[0].sites = allocSites(b.p.directCycles, func() { b.cycles(states[0], b.p.directCycles, nil) })
 	if b.p.profDir != "" {
 		b.allocProfiles(states)
 	}

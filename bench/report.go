@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"time"
 
@@ -96,7 +98,7 @@ func libraryState() string {
 	if head == "" {
 		return "unknown (no git)"
 	}
-	dirty := cmdOut("git", "-C", "..", "status", "--porcelain", "--", "clock", "node", "quorum", "redlock")
+	dirty := cmdOut("git", "-C", "..", "status", "--porcelain", "--", "clock", "node", "internal", "redlock")
 	if dirty == "" {
 		return "commit " + head + ", library packages clean"
 	}
@@ -107,9 +109,9 @@ func libraryState() string {
 	return "commit " + head + " plus uncommitted changes in the working tree (" + strings.Join(files, "; ") + ") — the bench builds the working tree through `replace ../`"
 }
 
-func find(rs []*scenarioRes, id string) *scenarioRes {
+func find(rs []*scenarioRes, tp *topology, id string) *scenarioRes {
 	for _, r := range rs {
-		if r.sc.id == id {
+		if r.topo == tp && r.sc.id == id {
 			return r
 		}
 	}
@@ -150,13 +152,6 @@ func samplesCell(xs []int) string {
 	return strings.Join(parts, " ")
 }
 
-func passMiss(ok bool) string {
-	if ok {
-		return "**PASS**"
-	}
-	return "**MISS**"
-}
-
 // loadAvg returns the first three fields of /proc/loadavg.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -192,7 +187,71 @@ type env struct {
 	otherRedis         int
 }
 
-func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e env) string {
+// nodeTimeout is A's per-node timeout in the scenarios: the library's
+// default for the TTL (WithNodeTimeout is not set), TTL/200 clamped to
+// [5ms, 250ms], as redlock's config.timeout computes it.
+func nodeTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/200, 5*time.Millisecond), 250*time.Millisecond)
+}
+
+// Targets of the issue, for A.
+const (
+	targetFault   = 1.05 // one node blackholed or +30 ms: time per cycle ÷ floor's
+	targetCPU     = 1.1  // CPU per cycle ÷ floor's, blackholed
+	targetGor     = 10   // client goroutines left at the end of a round, blackholed
+	targetAllocs  = 3.0  // allocations per cycle (direct pass) at most this many above before
+	targetHealthy = 0.05 // healthy serial: change of A's ratio within max(this, C's change)
+)
+
+func metCell(v string, ok bool) string {
+	if ok {
+		return v + " — **met**"
+	}
+	return v + " — **UNMET**"
+}
+
+func medianInts(xs []int) float64 {
+	f := make([]float64, len(xs))
+	for i, x := range xs {
+		f[i] = float64(x)
+	}
+	return median(f)
+}
+
+func gorCell(xs []int) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	lo, hi := minMax(xs)
+	return fmt.Sprintf("**%s** [%d…%d]", trimFloat(medianInts(xs)), lo, hi)
+}
+
+func trimFloat(x float64) string {
+	if x == float64(int64(x)) {
+		return fmt.Sprintf("%+d", int64(x))
+	}
+	return fmt.Sprintf("%+.1f", x)
+}
+
+func cpuCell(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return "**" + fmtRatio(median(xs)) + "**"
+}
+
+// floorFigures is the floor's (D's) absolute speed in one scenario: what
+// every ratio of that scenario is relative to.
+func floorFigures(s *scenarioRes) string {
+	if s == nil || len(s.res) < 4 {
+		return "–"
+	}
+	d := s.res[3]
+	n, el := totals(d)
+	return fmt.Sprintf("%.0f cycles/s, cycle p50 %s", rate(n, el), fmtDur(d.cycle.q(0.5)))
+}
+
+func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, diag []diagRes, bf *beforeRun, total time.Duration, e env) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	mode := "full"
@@ -201,105 +260,309 @@ func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e
 	}
 	args := strings.Join(os.Args[1:], " ")
 	redisBin, _ := cluster.RedisServer()
+	fault := p.faultNode + 1
+	nt := nodeTimeout(p.setup.ttl)
+	var ran []*topology
+	for _, tp := range topos {
+		for _, s := range rs {
+			if s.topo == tp {
+				ran = append(ran, tp)
+				break
+			}
+		}
+	}
 
 	w("# Redlock lock+unlock benchmark: quorumlock/redlock vs go-redsync vs a raw floor\n\n")
-	w("Generated %s, %s run, took %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), mode, total.Round(time.Second))
+	w("Generated %s, %s run, took %s (the whole `go run`, cluster start to report, build excluded).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), mode, total.Round(time.Second))
 	w("## Machine\n\n")
 	w("- CPU: %s, %d logical cores (GOMAXPROCS %d)\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	w("- Go: %s %s/%s; kernel %s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, cmdOut("uname", "-r"))
 	w("- Redis: %s (%s)\n", cmdOut(redisBin, "--version"), redisBin)
 	w("- Peers: %s\n", depVersions())
 	w("- Library under test: %s\n", libraryState())
-	w("- Load average (1/5/15 min) before the run: %s; after: %s. Other redis-server processes running when the run started (not ours): %d. The machine was not otherwise reserved: anything else running shows up as round-to-round noise, which is why ratios are medians of interleaved rounds.\n\n", e.loadStart, e.loadEnd, e.otherRedis)
+	w("- Load average (1/5/15 min) before the run: %s; after: %s. Other redis-server processes running when the run started (not ours): %d. The machine was shared and not reserved: anything else running shows up as round-to-round noise, which is why ratios are medians of interleaved rounds.\n\n", e.loadStart, e.loadEnd, e.otherRedis)
 	w("## Command\n\n")
-	w("```\ncd bench && go run . %s\n```\n\n", args)
+	w("```\nmake bench    # make deps, then: cd bench && go run . -out ../docs/BENCHMARKS.md\n```\n\n")
+	w("This report: `cd bench && go run . %s`. ", args)
 	w("%d interleaved rounds per scenario, %v per contender per round (order rotates: A B C D, B C D A, …), after a %v warm-up per contender. ", p.rounds, p.roundDur, p.warmup)
-	w("Goroutine passes: each contender alone for %v (%v when blackholed), counted at half time, at the end, and %v later. ", p.tail, p.tailBH, p.settleDur)
+	w("Goroutine passes: each contender alone for %v (%v when blackholed). ", p.tail, p.tailBH)
 	w("Direct (no proxy) pass: %d rotating rounds × %d serial cycles per contender.\n\n", p.directRounds, p.directCycles)
 
-	w("## Setup\n\n")
-	w("- Five `redis-server` processes on loopback (`cluster.Start`, process backend), each behind an **in-process toxiproxy**. Every contender talks to the nodes through the proxies, so faults apply equally. ")
-	w("The proxies run in this process: they cost CPU (and allocations, and goroutines) in the same process as the clients, equally for all contenders, and on 2 cores they compete with the clients and the five Redis servers. Ratios are therefore compressed towards 1 compared with a real network; the direct pass below removes the proxies.\n")
-	w("- Contenders, all with TTL %v, pool MaxIdle = MaxActive = %d per node, `Wait: true`, redigo dial/read/write timeout %v (the library's `node.Options.Timeout` default) for every pool:\n", p.setup.ttl, p.setup.pool, p.setup.sockTimeout)
-	w("  - **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive}))`, default node timeout (50 ms), `Client.Lock` (default retry) + `Lock.Unlock`; other node options at their defaults — with `CheckIdle` (1 s) a pooled connection idle for a second is PINGed before use, which the interleaving triggers once per connection per round (each contender sits idle ~1.2 s between its rounds).\n")
-	w("  - **B** go-redsync v4, redigo driver, default options except `WithExpiry(10s)`: `NewMutex(key).LockContext` + `UnlockContext`. It waits for every node; its per-attempt context (expiry × 0.05 = 500 ms) bounds only getting a pooled connection, the command is bounded by the socket read timeout (%v).\n", p.setup.sockTimeout)
-	w("  - **C** as B plus `WithFailFast(true)` (returns at quorum).\n")
-	w("  - **D** raw floor: plain redigo, `SET NX PX` to all 5 in parallel returning at majority, compare-and-delete by `EVALSHA` in parallel returning at majority, one %v deadline per fan-out, `DoWithTimeout` per call; validity check, roll-back and the same retry schedule as A; no late clean-up.\n", p.setup.rawTimeout)
-	w("- Non-contended scenarios: distinct key per cycle (a per-goroutine ring of pre-built keys, so the harness allocates nothing per cycle); each contender uses its normal retrying Lock (it never needs to retry there).\n")
-	w("- Contended: %d goroutines, one key per contender, hold %v, each contender's **own normal Lock with retries**: A default retry (≤32 attempts, full-jitter exponential 10 ms…500 ms), B/C redsync default (32 tries, uniform 50…250 ms), D the same schedule as A. The Lock context ends with the round; a Lock cut by the round's end is counted as \"cut\", not as an error. Retry policy dominates this scenario's throughput.\n", p.contenders, p.hold)
-	w("- Faults on node %d: latency = toxiproxy `latency` %v downstream; blackhole = toxiproxy `timeout` 0 upstream (accepts, swallows, never answers). Latency and blackhole scenarios use %d goroutine(s). Every scenario makes fresh client instances after its fault is in place, so every connection carries the toxic from its first byte (toxiproxy adds a later toxic only to the connections in its map, keyed by client address, which heavy churn with port reuse can corrupt). Blackholed, each contender also gets a fresh instance after every warm-up, round and goroutine pass (the node stays blackholed): closing the old one ends what it left behind, so no contender's backlog burdens the next one's round; the goroutine passes show what piles up within a run. As a check, the commands that reached the blackholed node (read on the node itself, not through the proxy) are counted per contender; they should be 0.\n", p.faultNode, p.latency, p.faultWorkers)
-	w("- ratio = (time per cycle of X) / (time per cycle of D) within the same round; the table shows the median over rounds and [min–max]. > 1 means slower than the floor.\n")
-	w("- allocs and bytes per cycle through the proxies are process-wide `runtime.ReadMemStats` deltas over the contender's rounds divided by its cycles: they include the proxies' allocations and background work still finishing from the previous contender. The direct pass has no proxies.\n\n")
+	w("## Set-ups\n\n")
+	w("Five `redis-server` processes on loopback (`cluster.Start`, process backend); faults are injected by an **in-process toxiproxy** in front of a node. The same run measures, one after the other:\n\n")
+	w("1. **proxied** — every node behind its toxiproxy (the set-up of earlier reports). The proxies run in this process: they cost CPU, allocations and goroutines in the same process as the clients, equally for all contenders, and on 2 cores they compete with the clients and the five Redis servers. That compresses every ratio towards 1.\n")
+	w("2. **mixed** — only the faulty node, node %d, behind its toxiproxy; nodes 1–%d reached directly. The quorum comes from the direct nodes, so the proxies no longer sit in every cycle, and differences between clients are no longer diluted by proxy work. Healthy serial, +%v and blackholed only.\n", fault, p.faultNode, p.latency)
+	w("3. **direct pass** — no proxy at all, healthy, serial, a fixed number of cycles per round: allocations and CPU per cycle of the clients alone.\n\n")
+	w("Contenders, all with TTL %v, pool MaxIdle = MaxActive = %d per node, `Wait: true`, redigo dial/read/write timeout %v (the library's `node.Options.Timeout` default) for every pool:\n\n", p.setup.ttl, p.setup.pool, p.setup.sockTimeout)
+	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures in a row open it, cooldown 1 s doubling to 30 s), `CheckIdle` 1 s (a pooled connection idle for a second is PINGed before use; each contender idles ~1.2 s between its rounds). In the two set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; the direct pass runs without hooks.\n", nt, p.latency, fault)
+	w("- **B** go-redsync v4, redigo driver, default options except `WithExpiry(10s)`: `NewMutex(key).LockContext` + `UnlockContext`. It waits for every node; its per-attempt context (expiry × 0.05 = 500 ms) bounds only getting a pooled connection, the command is bounded by the socket read timeout (%v).\n", p.setup.sockTimeout)
+	w("- **C** as B plus `WithFailFast(true)` (returns at quorum).\n")
+	w("- **D** raw floor: plain redigo, `SET NX PX` to all 5 in parallel returning at majority, compare-and-delete by `EVALSHA` in parallel returning at majority, one %v deadline per fan-out, `DoWithTimeout` per call; validity check, roll-back and the same retry schedule as A; no late clean-up, no breaker.\n\n", p.setup.rawTimeout)
+	w("Scenarios: distinct key per cycle (pre-built key rings, so the harness allocates nothing per cycle), each contender's normal retrying Lock. Faults on node %d: +%v = toxiproxy `latency` downstream (every reply, PING included, comes %v late); blackholed = toxiproxy `timeout` 0 upstream (accepts, never answers). %d goroutine(s) in the fault scenarios. Every scenario makes fresh client instances after its fault is in place; blackholed, each contender also gets a fresh instance after every warm-up, round and goroutine pass (node still blackholed), so no contender's backlog burdens the next one's round — which also means A's breakers start closed in every blackholed round and must open again (3 timed-out calls, one node timeout).\n\n", fault, p.latency, p.latency, p.faultWorkers)
+	w("Per round and contender: **ratio** = (time per cycle) ÷ (the floor's time per cycle in the same round); **CPU ratio** = (process CPU per cycle, getrusage user+sys) ÷ (the floor's, same round) — process-wide, so it includes the in-process proxies (all five in *proxied*, node %d's in *mixed*); **goroutines at round end** = client (non-proxy) goroutines right after the round's last cycle returned minus right before the round began (after waiting up to 500 ms for the count to settle). Tables give the median over rounds and [min–max].\n\n", fault)
 
 	// Targets.
-	w("## Targets from the issue (our client, A)\n\n")
-	w("| target | measured | result |\n|---|---|---|\n")
-	if s := find(rs, "healthy-serial"); s != nil {
-		m := median(s.res[0].ratios)
-		w("| healthy serial ≤ 1.05× raw floor | %s | %s |\n", fmtRatio(m), passMiss(m > 0 && m <= 1.05))
+	w("## Targets (our client, A)\n\n")
+	w("| target |")
+	for _, tp := range ran {
+		w(" %s |", tp.id)
 	}
-	if s := find(rs, "latency"); s != nil {
-		m := median(s.res[0].ratios)
-		w("| one node +%v ≤ 1.1× | %s | %s |\n", p.latency, fmtRatio(m), passMiss(m > 0 && m <= 1.1))
+	w("\n|---|")
+	for range ran {
+		w("---|")
 	}
-	if s := find(rs, "blackhole"); s != nil {
-		m := median(s.res[0].ratios)
-		g := s.res[0].gor
-		w("| one node blackholed ≤ 1.1× | %s | %s |\n", fmtRatio(m), passMiss(m > 0 && m <= 1.1))
-		if g.ran {
-			f, sec := windows(g)
-			w("| blackholed: goroutines do not grow with run length | client goroutines %+d at half time, %+d at the end (medians %d over 25–45%% vs %d over 75–95%% of the run), %+d after %v | %s |\n",
-				g.half-g.halfProxy, g.end-g.endProxy, f, sec, g.settled-g.settledProxy, p.settleDur, passMiss(!grows(g)))
+	w("\n")
+	row := func(name string, cell func(tp *topology) string) {
+		w("| %s |", name)
+		for _, tp := range ran {
+			w(" %s |", cell(tp))
+		}
+		w("\n")
+	}
+	ratioTarget := func(id string, target float64) func(*topology) string {
+		return func(tp *topology) string {
+			s := find(rs, tp, id)
+			if s == nil {
+				return "not run"
+			}
+			m := median(s.res[0].ratios)
+			return metCell(fmtRatio(m), m > 0 && m <= target)
 		}
 	}
+	row(fmt.Sprintf("one node blackholed ≤ %.2f× floor", targetFault), ratioTarget("blackhole", targetFault))
+	row(fmt.Sprintf("blackholed: CPU per cycle ≤ %.1f× the floor's", targetCPU), func(tp *topology) string {
+		s := find(rs, tp, "blackhole")
+		if s == nil {
+			return "not run"
+		}
+		m := median(s.res[0].cpuRatios)
+		return metCell(fmtRatio(m), m > 0 && m <= targetCPU)
+	})
+	row(fmt.Sprintf("blackholed: client goroutines at the end of a round ≤ %d (median [min…max] of rounds)", targetGor), func(tp *topology) string {
+		s := find(rs, tp, "blackhole")
+		if s == nil {
+			return "not run"
+		}
+		g := s.res[0].gorEnd
+		return metCell(gorCell(g), len(g) > 0 && medianInts(g) <= targetGor)
+	})
+	row(fmt.Sprintf("one node +%v ≤ %.2f× floor, the breaker not opening on the slow node (A's node timeout: %v)", p.latency, targetFault, nt), func(tp *topology) string {
+		s := find(rs, tp, "latency")
+		if s == nil || len(s.res[0].calls) <= p.faultNode {
+			return "not run"
+		}
+		m := median(s.res[0].ratios)
+		c := s.res[0].calls[p.faultNode]
+		cell := fmt.Sprintf("%s; node %d's breaker opened %d× during the rounds (calls: %d answered, %d timed out, %d skipped)", fmtRatio(m), fault, c.opened, c.ok, c.timeout, c.skipped)
+		if c.opened > 0 || c.skipped > 0 {
+			cell += ": the ratio is that of a client skipping the slow node"
+		}
+		return metCell(cell, m > 0 && m <= targetFault && c.opened == 0 && c.skipped == 0)
+	})
+	row("healthy serial unchanged within noise", func(tp *topology) string {
+		s := find(rs, tp, "healthy-serial")
+		if s == nil {
+			return "not run"
+		}
+		m := median(s.res[0].ratios)
+		if tp.id != "proxied" || bf == nil || bf.ratio["healthy-serial"][0] == 0 {
+			return fmt.Sprintf("%s of the floor, IQR %s (no before figure: the old harness has only the proxied set-up)", fmtRatio(m), iqr(s.res[0].ratios))
+		}
+		old := bf.ratio["healthy-serial"][0]
+		noise := max(targetHealthy, math.Abs(median(s.res[2].ratios)-bf.ratio["healthy-serial"][2]))
+		return metCell(fmt.Sprintf("%s now vs %s before (Δ %+.2f; noise %.2f = max(0.05, C's Δ))", fmtRatio(m), fmtRatio(old), m-old, noise), math.Abs(m-old) <= noise)
+	})
 	if len(ds) > 0 {
 		a := median(ds[0].allocs)
-		w("| ≤ 40 allocations per lock+unlock cycle | %.1f (direct, healthy serial) | %s |\n", a, passMiss(a <= 40))
+		cell := fmt.Sprintf("%.1f now", a)
+		ok := bf != nil && bf.allocs[0] > 0
+		if ok {
+			cell = fmt.Sprintf("%.1f now vs %.1f before", a, bf.allocs[0])
+			cell = metCell(cell, a-bf.allocs[0] <= targetAllocs)
+		}
+		w("| allocations per cycle, direct pass, within %.0f of before | %s (direct pass, no proxies; same for both set-ups) |", targetAllocs, cell)
+		for range ran[min(1, len(ran)):] {
+			w(" |")
+		}
+		w("\n")
 	}
-	w("\n\"Grow\" means both: the median of the client (non-proxy) goroutine counts sampled at 75, 85 and 95%% of the pass exceeds the median at 25, 35 and 45%% by more than max(32, 50%%), and more than 32 client goroutines are still alive %v after the last cycle (node still blackholed). Single samples swing with the calls in flight and the cycle rate.\n\n", p.settleDur)
+	w("\nThe CPU and goroutine targets are read in the blackholed scenario (a dead node must cost nothing); the summary below gives them for every scenario. \"before\" is commit ccc0598 measured by its own harness in a separate run (see *Before and after*).\n\n")
 
-	// Ratio summary.
-	w("## Ratio to the raw floor (median of per-round ratios [min–max])\n\n")
-	w("| scenario | A redlock | B redsync | C redsync fail-fast | D floor |\n|---|---|---|---|---|\n")
+	// Summary per set-up.
+	w("## Summary per set-up (median of per-round values)\n\n")
+	sum := []struct{ id, name string }{{"healthy-serial", "healthy serial"}, {"latency", fmt.Sprintf("+%v", p.latency)}, {"blackhole", "blackholed"}}
+	for _, tp := range ran {
+		w("### %s: %s\n\n", tp.id, tp.title)
+		w("| contender |")
+		for _, what := range []string{"time ratio", "CPU ratio", "goroutines at round end"} {
+			for _, sc := range sum {
+				w(" %s: %s |", what, sc.name)
+			}
+		}
+		w("\n|---|")
+		for range 3 * len(sum) {
+			w("---|")
+		}
+		w("\n")
+		for i, id := range contenderIDs {
+			var name string
+			for _, sc := range sum {
+				if s := find(rs, tp, sc.id); s != nil {
+					name = s.res[i].c.name
+				}
+			}
+			w("| %s %s |", id, name)
+			for k := range 3 {
+				for _, sc := range sum {
+					s := find(rs, tp, sc.id)
+					if s == nil {
+						w(" – |")
+						continue
+					}
+					r := s.res[i]
+					switch k {
+					case 0:
+						w(" %s |", ratioCell(r.ratios))
+					case 1:
+						w(" %s |", cpuCell(r.cpuRatios))
+					default:
+						w(" %s |", gorCell(r.gorEnd))
+					}
+				}
+			}
+			w("\n")
+		}
+		w("\nThe floor (D) in this set-up: ")
+		var fl []string
+		for _, sc := range sum {
+			if s := find(rs, tp, sc.id); s != nil {
+				fl = append(fl, sc.name+": "+floorFigures(s))
+			}
+		}
+		w("%s.\n\n", strings.Join(fl, "; "))
+	}
+
+	// A's calls to the faulty node.
+	w("## What A's calls to node %d did during the rounds (hooks)\n\n", fault)
+	w("| set-up | scenario | answered | timed out | skipped (breaker open) | other errors | breaker opened / closed | A's cycles |\n|---|---|---|---|---|---|---|---|\n")
 	for _, s := range rs {
-		w("| %s |", s.sc.id)
-		for _, r := range s.res {
-			w(" %s |", ratioCell(r.ratios))
+		if len(s.res) == 0 || len(s.res[0].calls) <= p.faultNode {
+			continue
 		}
-		w("\n")
+		c := s.res[0].calls[p.faultNode]
+		n, _ := totals(s.res[0])
+		w("| %s | %s | %d | %d | %d | %d | %d / %d | %d |\n", s.topo.id, s.sc.id, c.ok, c.timeout, c.skipped, c.other, c.opened, c.closed, n)
 	}
-	if len(ds) > 0 {
-		w("| healthy-serial, direct (no proxies) |")
-		for _, d := range ds {
-			w(" %s |", ratioCell(d.ratios))
+	w("\nCalls counted by the NodeCall hook: acquire, release and roll-back commands; a skipped call is one the open breaker failed at once, without a goroutine or a connection. Blackholed, every round starts on a fresh instance (breakers closed), so the breaker opens once per round there.\n\n")
+
+	if len(diag) > 0 {
+		w("### Why the breaker opens on the +%v node: A alone, three node configurations (mixed set-up)\n\n", p.latency)
+		w("A fresh client per line, alone, serial; a %v warm-up, then 4 runs of %v each after %v idle (longer than `CheckIdle`, as between interleaved rounds). Counts cover the whole line, warm-up included.\n\n", p.warmup, p.roundDur, max(1200*time.Millisecond, 3*(p.roundDur+50*time.Millisecond)))
+		w("| A's node options | cycles | node %d: answered | timed out | skipped | breaker opened / closed |\n|---|---|---|---|---|---|\n", fault)
+		for _, d := range diag {
+			w("| %s | %d | %d | %d | %d | %d / %d |\n", d.name, d.cycles, d.calls.ok, d.calls.timeout, d.calls.skipped, d.calls.opened, d.calls.closed)
 		}
-		w("\n")
+		w("\nThe node timeout is %v and the node answers in %v plus the proxy's and the scheduler's delays, so one round trip fits but two do not. Two things put a second round trip, or a wait, into one node timeout:\n\n", nt, p.latency)
+		w("- **`CheckIdle`** (default 1 s): a connection idle for a second is PINGed before the command, within the same deadline: %v + %v > %v. After a lull every first call on each connection to the slow node times out, three in a row open the breaker, and every later probe — made after the cooldown, on a connection idle for at least as long — times out in turn, so the breaker never closes again (cooldown doubling to 30 s). Compare the first two lines.\n", p.latency, p.latency, nt)
+		w("- **The pool** (MaxActive %d): a call to the slow node holds a connection for a round trip, a release queued behind its acquire holds one for another, so at a couple of thousand cycles per second more than %d calls want a connection at once; the rest wait for one within the node timeout, and time out. Compare the last two lines.\n", p.setup.pool, p.setup.pool)
+		w("- What remains (the last line) is timeouts from scheduling stalls on this shared 2-core machine: with only %v of slack, one stall fails every call in flight at once, and \"3 failures in a row\" counts calls, not time, so one stall is enough to open the breaker.\n\n", nt-p.latency)
 	}
-	w("\nContended: ratio of time per critical section (inverse throughput).\n\n")
+
+	// Before and after.
+	renderBefore(&b, p, rs, ds, bf)
 
 	// Allocations.
-	w("## Allocations per lock+unlock cycle\n\n")
-	w("| contender | direct: allocs | direct: bytes | direct: CPU per cycle | direct: cycle p50 | via proxies, healthy serial: allocs | bytes |\n|---|---|---|---|---|---|---|\n")
-	hs := find(rs, "healthy-serial")
+	w("## Allocations and CPU per lock+unlock cycle (direct pass, no proxies)\n\n")
+	w("| contender | allocs | bytes | CPU per cycle | cycle p50 | ratio to floor | via proxies, healthy serial: allocs | bytes |\n|---|---|---|---|---|---|---|---|\n")
+	hs := find(rs, findTopo(ran, "proxied"), "healthy-serial")
 	for i, d := range ds {
 		pa, pb := "–", "–"
 		if hs != nil {
 			a, by := allocsPer(hs.res[i])
 			pa, pb = fmt.Sprintf("%.1f", a), fmt.Sprintf("%.0f", by)
 		}
-		w("| %s %s | %.1f | %.0f | %.0fµs | %s | %s | %s |\n", d.c.id, d.c.name, median(d.allocs), median(d.bytes), median(d.cpu), fmtDur(d.cycle.q(0.5)), pa, pb)
+		w("| %s %s | %.1f | %.0f | %.0fµs | %s | %s | %s | %s |\n", d.c.id, d.c.name, median(d.allocs), median(d.bytes), median(d.cpu), fmtDur(d.cycle.q(0.5)), ratioCell(d.ratios), pa, pb)
 	}
 	if hs != nil && len(ds) == 4 {
 		pa, _ := allocsPer(hs.res[3])
 		w("\nThe proxies' share, estimated from the raw floor: %.1f allocations per cycle through the proxies − %.1f direct = **%.1f per cycle** charged to the proxies (and the process' background) in every \"via proxies\" figure.\n", pa, median(ds[3].allocs), pa-median(ds[3].allocs))
 	}
-	w("\nCPU per cycle: this process' user+system time (getrusage) over the contender's direct rounds, median of rounds; without proxies it is the client's own cost (the Redis servers are other processes).\n\n")
+	w("\nCPU per cycle: this process' user+system time (getrusage) over the contender's direct rounds, median of rounds; without proxies it is the client's own cost (the Redis servers are other processes). A runs without hooks here.\n\n")
+	if len(ds) > 0 && len(ds[0].sites) > 0 {
+		var tot float64
+		for _, st := range ds[0].sites {
+			tot += st.perCycle
+		}
+		w("Where A's allocations come from: one more batch of %d direct cycles with every allocation recorded (`MemProfileRate` 1), %.1f objects per cycle in all, by allocating function (innermost frame outside the runtime) and the innermost library function that led to it:\n\n", p.directCycles, tot)
+		w("| allocating function | via (library) | objects per cycle |\n|---|---|---|\n")
+		var rest float64
+		for k, st := range ds[0].sites {
+			if k >= 15 || st.perCycle < 0.5 {
+				rest += st.perCycle
+				continue
+			}
+			via := st.via
+			if via == "" || via == st.fn {
+				via = "–"
+			}
+			w("| `%s` | `%s` | %.1f |\n", st.fn, via, st.perCycle)
+		}
+		w("| everything else | | %.1f |\n\n", rest)
+	}
 
-	// Goroutines.
-	w("## Goroutines\n\n")
+	for _, tp := range ran {
+		renderDetails(&b, p, tp, rs)
+	}
+	w("\\* process-wide (see Set-ups): allocations and CPU time of the in-process proxies, and of background calls still finishing, are included.\n")
+	return b.String()
+}
+
+func findTopo(ts []*topology, id string) *topology {
+	for _, t := range ts {
+		if t.id == id {
+			return t
+		}
+	}
+	return nil
+}
+
+// iqr formats the interquartile range of xs.
+func iqr(xs []float64) string {
+	if len(xs) < 4 {
+		return "–"
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	q := func(f float64) float64 { return s[int(f*float64(len(s)-1)+0.5)] }
+	return fmt.Sprintf("%s–%s", fmtRatio(q(0.25)), fmtRatio(q(0.75)))
+}
+
+// renderDetails writes one set-up's full tables: every scenario's ratios,
+// the goroutine passes and the per-scenario figures.
+func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	var mine []*scenarioRes
+	for _, s := range rs {
+		if s.topo == tp {
+			mine = append(mine, s)
+		}
+	}
+	w("## Details: %s (%s)\n\n", tp.id, tp.title)
+	w("### Ratio to the raw floor (median of per-round ratios [min–max])\n\n")
+	w("| scenario | A redlock | B redsync | C redsync fail-fast | D floor |\n|---|---|---|---|---|\n")
+	for _, s := range mine {
+		w("| %s |", s.sc.id)
+		for _, r := range s.res {
+			w(" %s |", ratioCell(r.ratios))
+		}
+		w("\n")
+	}
+	w("\nContended: ratio of time per critical section (inverse throughput).\n\n")
+
+	w("### Goroutine passes\n\n")
 	w("Each contender alone, after the interleaved rounds; counts are relative to the baseline taken just before its pass. \"client\" excludes goroutines with a toxiproxy frame; \"proxy\" are the in-process proxies' per-connection goroutines.\n\n")
 	w("| scenario | contender | at half time: client / proxy | at end: client / proxy | after %v: client / proxy |\n|---|---|---|---|---|\n", p.settleDur)
-	for _, s := range rs {
+	for _, s := range mine {
 		for _, r := range s.res {
 			g := r.gor
 			if !g.ran {
@@ -309,8 +572,8 @@ func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e
 				g.half-g.halfProxy, g.halfProxy, g.end-g.endProxy, g.endProxy, g.settled-g.settledProxy, g.settledProxy)
 		}
 	}
-	if s := find(rs, "blackhole"); s != nil {
-		w("\nBlackholed, does the count grow with run length? (pass of %v per contender on a fresh instance; after it the instance is closed, node still blackholed, and the time until its goroutines are gone is measured)\n\n", p.tailBH)
+	if s := find(rs, tp, "blackhole"); s != nil {
+		w("\nBlackholed, does the count grow with run length? (pass of %v per contender on a fresh instance; after it the instance is closed, node still blackholed, and the time until its goroutines are gone is measured). \"Grows\" means both: the median of the client goroutine counts sampled at 75, 85 and 95%% of the pass exceeds the median at 25, 35 and 45%% by more than max(32, 50%%), and more than 32 client goroutines are still alive %v after the last cycle.\n\n", p.tailBH, p.settleDur)
 		w("| contender | cycles in pass | client at half | client at end | samples at 5%%, 15%% … 95%% | grows? | gone after Close() in | commands that reached the node (rounds / pass) |\n|---|---|---|---|---|---|---|---|\n")
 		for _, r := range s.res {
 			g := r.gor
@@ -330,10 +593,9 @@ func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e
 	}
 	w("\n")
 
-	// Per scenario.
-	w("## Per scenario\n\n")
-	for _, s := range rs {
-		w("### %s\n\n", s.sc.title)
+	w("### Per scenario\n\n")
+	for _, s := range mine {
+		w("#### %s — %s\n\n", tp.id, s.sc.title)
 		w("Scenario took %s.\n\n", s.elapsed.Round(100*time.Millisecond))
 		if s.sc.contended {
 			w("| contender | sections | sections/s | handoff gap p50 / p99 | to another goroutine: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -348,12 +610,12 @@ func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e
 			}
 			w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key.\n\n")
 		} else {
-			w("| contender | cycles | ops/s | cycle p50 | cycle p99 | acquire p50 | acquire p99 | allocs/cycle* | bytes/cycle* | CPU/cycle* | ratio median [min–max] | errors (lock/unlock) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			w("| contender | cycles | ops/s | cycle p50 | cycle p99 | acquire p50 | acquire p99 | allocs/cycle* | bytes/cycle* | CPU/cycle* | ratio median [min–max] | CPU ratio | goroutines at round end | errors (lock/unlock) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, r := range s.res {
 				n, el := totals(r)
 				a, by := allocsPer(r)
-				w("| %s %s | %d | %.0f | %s | %s | %s | %s | %.1f | %.0f | %s | %s | %d / %d |\n", r.c.id, r.c.name, n, rate(n, el),
-					fmtDur(r.cycle.q(0.5)), fmtDur(r.cycle.q(0.99)), fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), a, by, fmtDur(cpuPer(r)), ratioCell(r.ratios), r.lockErrs, r.unlockErrs)
+				w("| %s %s | %d | %.0f | %s | %s | %s | %s | %.1f | %.0f | %s | %s | %s | %s | %d / %d |\n", r.c.id, r.c.name, n, rate(n, el),
+					fmtDur(r.cycle.q(0.5)), fmtDur(r.cycle.q(0.99)), fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), a, by, fmtDur(cpuPer(r)), ratioCell(r.ratios), cpuCell(r.cpuRatios), gorCell(r.gorEnd), r.lockErrs, r.unlockErrs)
 			}
 			w("\n")
 		}
@@ -364,8 +626,6 @@ func render(p params, rs []*scenarioRes, ds []*directRes, total time.Duration, e
 		}
 		w("\n")
 	}
-	w("\\* process-wide, through the proxies (see Setup): allocations and CPU time of the in-process proxies, and of background calls still finishing, are included.\n")
-	return b.String()
 }
 
 func truncate(s string, n int) string {

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/redlock/clock"
 	"github.com/quorumlock/redlock/integration/checker"
 	"github.com/quorumlock/redlock/integration/cluster"
 	"github.com/quorumlock/redlock/integration/skew"
@@ -582,9 +583,9 @@ func (c *scaledClock) Now() time.Time {
 // Since returns the time since t on this clock.
 func (c *scaledClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
-// After fires once d has passed on this clock.
-func (c *scaledClock) After(d time.Duration) <-chan time.Time {
-	return time.After(time.Duration(float64(d) / c.rate))
+// NewTimer fires once d has passed on this clock.
+func (c *scaledClock) NewTimer(d time.Duration) clock.Timer {
+	return clock.Real{}.NewTimer(time.Duration(float64(d) / c.rate))
 }
 
 // real converts a reading of this clock to real time.
