@@ -58,6 +58,10 @@ type Result struct {
 	// the key has no expiry). A waiter uses it to wake when the holder's
 	// keys expire instead of polling.
 	TTL time.Duration
+	// Fence is, for a fenced acquire (Fencer.AcquireFenced) answered
+	// Done, the key's fence counter after the acquire raised it; 0
+	// otherwise.
+	Fence int64
 }
 
 // Key names one lock as the nodes see it: the Redis key and the random
@@ -148,4 +152,32 @@ type Inspector interface {
 	// Inspect reports the key's token and remaining TTL in one atomic
 	// read, within ctx's deadline.
 	Inspect(ctx context.Context, key string) (Info, error)
+}
+
+// FenceKey is the key of the fence counter of lock key: key + ":fence".
+// It lives beside the lock key (so an ACL key pattern that covers one
+// covers the other) and outlives it (see Fencer).
+func FenceKey(key string) string { return key + ":fence" }
+
+// Fencer is a Node that can hand out fencing tokens: numbers that grow
+// from one grant of a key to the next. It is optional; a client asked for
+// fenced locks requires it of every node.
+//
+// The counter of a key, FenceKey(key), is seeded from the node's clock:
+// an acquire sets it to max(counter + 1, the node's time in microseconds
+// since the Unix epoch). A node that lost the counter (a restart without
+// persistence, the counter's own expiry) therefore starts again above
+// every value it handed out before, unless its clock stepped back by more
+// than the time the counter was gone. The counter lives counterTTL after
+// its last write, so that users with many lock names do not collect
+// counters forever.
+type Fencer interface {
+	// AcquireFenced is Acquire that, when it sets the key, also raises
+	// the key's counter as above in the same atomic step and returns
+	// the new value in Result.Fence.
+	AcquireFenced(ctx context.Context, k Key, ttl, counterTTL time.Duration) (Result, error)
+	// ConfirmFence raises the key's counter to at least fence while the
+	// key still holds k.Token: Done, or Taken (another token) or Absent,
+	// in which case nothing changed.
+	ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL time.Duration) (Result, error)
 }

@@ -73,11 +73,18 @@ var (
 	releaseLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/acquire_fenced.lua
+	acquireFencedLua string
+	//go:embed scripts/confirm_fence.lua
+	confirmFenceLua string
 
 	acquireScript = newScript(acquireLua)
 	extendScript  = newScript(extendLua)
 	releaseScript = newScript(releaseLua)
 	inspectScript = newScript(inspectLua)
+
+	acquireFencedScript = newScript(acquireFencedLua)
+	confirmFenceScript  = newScript(confirmFenceLua)
 )
 
 // script is a Lua script and its SHA1, boxed once.
@@ -111,6 +118,7 @@ type Redis struct {
 var (
 	_ Node      = (*Redis)(nil)
 	_ Inspector = (*Redis)(nil)
+	_ Fencer    = (*Redis)(nil)
 	_ Watcher   = (*Redis)(nil)
 	_ io.Closer = (*Redis)(nil)
 )
@@ -279,6 +287,37 @@ func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, erro
 // The boxed values of release.lua's ARGV[2].
 var announceYes, announceNo any = "1", "0"
 
+// AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
+// was set, the fence counter raised in the same step (see Fencer).
+func (r *Redis) AcquireFenced(ctx context.Context, k Key, ttl, counterTTL time.Duration) (Result, error) {
+	reply, err := r.evalKeys(ctx, "acquire", acquireFencedScript, 2, k.Name, FenceKey(k.Name), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds())
+	if err != nil {
+		return Result{}, err
+	}
+	switch v := reply.(type) {
+	case []any:
+		if len(v) == 2 {
+			if ok, _ := redis.String(v[0], nil); ok == "OK" {
+				if fence, err := redis.Int64(v[1], nil); err == nil && fence > 0 {
+					return Result{Status: Done, Fence: fence}, nil
+				}
+			}
+		}
+	case int64:
+		return Result{Status: Taken, TTL: holderTTL(v)}, nil
+	}
+	return Result{}, r.fail("acquire", fmt.Errorf("unexpected reply %v", reply))
+}
+
+// ConfirmFence runs confirm_fence.lua (see Fencer).
+func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL time.Duration) (Result, error) {
+	reply, err := r.evalKeys(ctx, "confirm", confirmFenceScript, 2, k.Name, FenceKey(k.Name), k.Token, fence, counterTTL.Milliseconds())
+	if err != nil {
+		return Result{}, err
+	}
+	return r.status("confirm", reply)
+}
+
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	reply, err := r.eval(ctx, "inspect", inspectScript, key)
@@ -304,6 +343,11 @@ func (r *Redis) script(ctx context.Context, op string, s *script, key string, ar
 	if err != nil {
 		return Result{}, err
 	}
+	return r.status(op, reply)
+}
+
+// status maps a script's reply (1, 0, -1) to a Status.
+func (r *Redis) status(op string, reply any) (Result, error) {
 	switch reply {
 	case int64(1):
 		return Result{Status: Done}, nil
@@ -321,6 +365,15 @@ func (r *Redis) script(ctx context.Context, op string, s *script, key string, ar
 func (r *Redis) eval(ctx context.Context, op string, s *script, key string, args ...any) (any, error) {
 	cmd := make([]any, 0, 3+len(args))
 	cmd = append(cmd, s.hash, 1, key)
+	cmd = append(cmd, args...)
+	return r.call(ctx, op, s, "EVALSHA", cmd)
+}
+
+// evalKeys is eval of a script with nkeys keys: args holds the keys, then
+// the script's arguments.
+func (r *Redis) evalKeys(ctx context.Context, op string, s *script, nkeys int, args ...any) (any, error) {
+	cmd := make([]any, 0, 2+len(args))
+	cmd = append(cmd, s.hash, nkeys)
 	cmd = append(cmd, args...)
 	return r.call(ctx, op, s, "EVALSHA", cmd)
 }

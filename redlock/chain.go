@@ -156,6 +156,35 @@ func acquire(ttl time.Duration) command {
 	}
 }
 
+// FenceCounterTTL is how long a key's fence counter lives on a node after
+// its last grant or confirm (for a lock TTL longer than that, the lock's
+// TTL). A counter that expires starts again from the node's clock (see
+// node.Fencer), above every fence handed out before as long as the
+// nodes' clocks agree to within this time; the TTL only keeps counters of
+// lock names no longer used from piling up.
+const FenceCounterTTL = 24 * time.Hour
+
+func counterTTL(ttl time.Duration) time.Duration { return max(FenceCounterTTL, ttl) }
+
+// acquireFenced is acquire that also raises the key's fence counter.
+func acquireFenced(ttl time.Duration) command {
+	return func(ctx context.Context, n node.Node, k node.Key, _ *step) (node.Result, error) {
+		return n.(node.Fencer).AcquireFenced(ctx, k, ttl, counterTTL(ttl))
+	}
+}
+
+// confirmFence raises the counter to fence on the nodes whose acquire
+// answered Done; on the others nothing is sent and the acquire's answer
+// stands, so that only confirmations count towards the majority.
+func confirmFence(fence int64, ttl time.Duration) command {
+	return func(ctx context.Context, n node.Node, k node.Key, prev *step) (node.Result, error) {
+		if prev.err != nil || prev.res.Status != node.Done {
+			return node.Result{Status: prev.res.Status}, prev.err
+		}
+		return n.(node.Fencer).ConfirmFence(ctx, k, fence, counterTTL(ttl))
+	}
+}
+
 // extend is extend.lua with ttl.
 func extend(ttl time.Duration) command {
 	return func(ctx context.Context, n node.Node, k node.Key, _ *step) (node.Result, error) {

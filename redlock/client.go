@@ -124,6 +124,9 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 			return nil, fmt.Errorf("%w: node[%d] and node[%d] are both %s; Redlock needs independent masters", ErrInvalid, j, i, nd.Addr())
 		}
 		seen[addr] = i
+		if _, ok := nd.(node.Fencer); cfg.fenced && !ok {
+			return nil, fmt.Errorf("%w: fencing asked for, and node[%d] (%s) cannot fence", ErrInvalid, i, nd.Addr())
+		}
 	}
 	q := quorum.Majority(n)
 	if cfg.quorum != 0 {
@@ -349,6 +352,13 @@ func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
 	if err := cfg.check(); err != nil {
 		return cfg, err
 	}
+	if cfg.fenced && !c.cfg.fenced {
+		for i, nd := range c.nodes {
+			if _, ok := nd.(node.Fencer); !ok {
+				return cfg, fmt.Errorf("%w: fencing asked for, and node[%d] (%s) cannot fence", ErrInvalid, i, nd.Addr())
+			}
+		}
+	}
 	return cfg, nil
 }
 
@@ -377,11 +387,24 @@ func (c *Client) try(ctx context.Context, key string, cfg *config) (*Lock, *Quor
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.
 	ch := newChain(c, node.Key{Name: key, Token: newToken()}, cfg.timeout())
-	r := ch.send(ctx, "acquire", acquire(cfg.ttl))
+	cmd := acquire(cfg.ttl)
+	if cfg.fenced {
+		cmd = acquireFenced(cfg.ttl)
+	}
+	r := ch.send(ctx, "acquire", cmd)
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
-		return newLock(ch, cfg, r.Started()), nil
+		if !cfg.fenced {
+			return newLock(ch, cfg, r.Started()), nil
+		}
+		l, qe := c.confirm(ctx, ch, cfg, r)
+		if qe == nil {
+			return l, nil
+		}
+		r.Collect() // acquires that answered since: wait for their release too
+		c.rollback(ctx, ch, r)
+		return nil, qe
 	}
 	c.rollback(ctx, ch, r)
 	qe := newQuorumError("acquire", key, c, r, ErrNotAcquired, ctx)
@@ -390,6 +413,36 @@ func (c *Client) try(ctx context.Context, key string, cfg *config) (*Lock, *Quor
 	// holder's keys expire; the error reports the round as decided.
 	r.Collect()
 	qe.freeIn = freeIn(r.Replies, c.quorum)
+	return nil, qe
+}
+
+// confirm is a fenced acquire's second round, after a majority granted in
+// round r: the fence is the largest counter the granting nodes returned,
+// and it is a grant only once a majority has raised its counter to the
+// fence while still holding the token, within the validity. Then any later
+// grant, whose majority shares a node with this one, reads a counter of at
+// least the fence there (its SET NX succeeded after our key was gone) and
+// gets a larger one. Without this round a later majority could miss the
+// node that returned the maximum, and its fence would go backwards.
+//
+// On failure the caller rolls the attempt back.
+func (c *Client) confirm(ctx context.Context, ch *chain, cfg *config, r *quorum.Round) (*Lock, *QuorumError) {
+	var fence int64
+	for _, rep := range r.Replies {
+		if rep.Err == nil && rep.Result.Status == node.Done {
+			fence = max(fence, rep.Result.Fence)
+		}
+	}
+	r2 := ch.send(ctx, "confirm", confirmFence(fence, cfg.ttl))
+	t := r2.Wait(ctx.Done(), c.quorum)
+	validity := clock.Validity(cfg.ttl, c.clk.Since(r.Started()), cfg.driftFactor)
+	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
+		l := newLock(ch, cfg, r.Started())
+		l.fence = fence
+		return l, nil
+	}
+	qe := newQuorumError("confirm", ch.k.Name, c, r2, ErrNotAcquired, ctx)
+	qe.Validity = validity
 	return nil, qe
 }
 

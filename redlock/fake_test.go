@@ -30,6 +30,12 @@ type fakeNode struct {
 	// announce, if set, is called (under mu) with the key of each
 	// announced delete.
 	announce func(key string)
+	// fences holds the fence counters (node.Fencer), seeded from the
+	// fake clock as acquire_fenced.lua seeds them from TIME; naive the
+	// per-key count of fenced grants, an INCR counter for comparison.
+	fences map[string]int64
+	naive  map[string]int64
+	skew   time.Duration // added to the fake clock for the time seed
 }
 
 // watchingNode is a fakeNode that offers node.Watcher: watches are ready
@@ -107,7 +113,8 @@ var errInjected = errors.New("injected failure")
 func newFakes(n int, clk *clock.Fake) []*fakeNode {
 	out := make([]*fakeNode, n)
 	for i := range out {
-		out[i] = &fakeNode{addr: fmt.Sprintf("fake%d:6379", i), clk: clk, keys: map[string]entry{}, calls: map[string]int{}}
+		out[i] = &fakeNode{addr: fmt.Sprintf("fake%d:6379", i), clk: clk, keys: map[string]entry{}, calls: map[string]int{},
+			fences: map[string]int64{}, naive: map[string]int64{}}
 	}
 	return out
 }
@@ -231,6 +238,60 @@ func (f *fakeNode) Release(ctx context.Context, k node.Key, announce bool) (node
 		f.announce(key)
 	}
 	return node.Result{Status: node.Done}, nil
+}
+
+// AcquireFenced is acquire_fenced.lua on the fake: the counter becomes
+// max(counter+1, the fake clock in µs). (Counter expiry is not modelled:
+// restart drops counters, which is what an expiry amounts to.)
+func (f *fakeNode) AcquireFenced(ctx context.Context, k node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
+	if err := f.hook(ctx, "acquire"); err != nil {
+		return node.Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.get(k.Name); ok {
+		return node.Result{Status: node.Taken, TTL: e.until.Sub(f.clk.Now())}, nil
+	}
+	f.keys[k.Name] = entry{token: k.Token, until: f.clk.Now().Add(ttl)}
+	c := max(f.fences[k.Name]+1, f.clk.Now().Add(f.skew).UnixMicro())
+	f.fences[k.Name] = c
+	f.naive[k.Name]++
+	return node.Result{Status: node.Done, Fence: c}, nil
+}
+
+// ConfirmFence is confirm_fence.lua on the fake.
+func (f *fakeNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
+	if err := f.hook(ctx, "confirm"); err != nil {
+		return node.Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.get(k.Name)
+	switch {
+	case !ok:
+		return node.Result{Status: node.Absent}, nil
+	case e.token != k.Token:
+		return node.Result{Status: node.Taken}, nil
+	}
+	f.fences[k.Name] = max(f.fences[k.Name], fence)
+	return node.Result{Status: node.Done}, nil
+}
+
+// restart drops key and its counters from the node, as a restart
+// without persistence does (for that key).
+func (f *fakeNode) restart(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+	delete(f.fences, key)
+	delete(f.naive, key)
+}
+
+// counters returns the node's fence counter and naive count for key.
+func (f *fakeNode) counters(key string) (fence, naive int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fences[key], f.naive[key]
 }
 
 func (f *fakeNode) Inspect(ctx context.Context, key string) (node.Info, error) {

@@ -21,6 +21,7 @@ type Lock struct {
 	taken time.Time     // start of the acquisition, for MaxHold
 	drift float64
 	keep  keepPolicy
+	fence int64 // 0 unless fenced
 
 	// op is a one-slot semaphore: Extend and Unlock hold it while they
 	// send and count, so that the lock's commands enter ch one at a time.
@@ -60,6 +61,20 @@ func (l *Lock) Token() string {
 		return ""
 	}
 	return l.k.Token
+}
+
+// Fence returns the lock's fencing token: larger than that of every
+// earlier grant of the same key, by any client, so that storage which
+// remembers the largest token it has seen can reject the writes of a
+// holder that outlived its lock (a pause, a slow network) with a smaller
+// one. It is 0 for a lock taken without fencing (see Fenced), and fixed
+// for the life of the lock: Extend does not change it. The README's
+// "Fencing tokens" section says which failures can still break the order.
+func (l *Lock) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
 }
 
 // Until returns the end of the validity window: the lock is exclusive

@@ -32,6 +32,7 @@ type config struct {
 	hooks       Hooks
 	breaker     Breaker
 	quiet       bool // release notifications off
+	fenced      bool // fencing tokens on
 }
 
 // keepPolicy is how KeepAlive keeps a lock (see the options that set it).
@@ -117,6 +118,19 @@ func WithClock(clk clock.Clock) Option {
 // WithNodeOptions sets the connection pool of nodes made by Dial (pool
 // sizes, TLS). Default: node.Options{} (see its fields). New ignores it.
 func WithNodeOptions(o node.Options) Option { return func(c *config) { c.nodeOptions = o } }
+
+// WithFencing makes every lock of the client fenced (see Fenced).
+// Default off. Every node must implement node.Fencer (the redigo nodes
+// of Dial do).
+func WithFencing() Option { return func(c *config) { c.fenced = true } }
+
+// Fenced makes this lock carry a fencing token, (*Lock).Fence: a number
+// that is larger for every later grant of the same key, by any client,
+// for storage to reject writes of a holder that outlived its lock. It
+// costs a second round trip to the nodes in the acquire, and the nodes
+// keep a counter per key (node.FenceKey) for a day after its last grant
+// (FenceCounterTTL). Every node must implement node.Fencer.
+func Fenced() LockOption { return func(c *config) { c.fenced = true } }
 
 // TTL sets the lock's TTL for one call. Unless the client has an explicit
 // node timeout, the per-node timeout is derived from this TTL.
