@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -198,4 +199,21 @@ func TestCLIStatus(t *testing.T) {
 	out, err = redlockCmd(t, "status", p+"job").Output()
 	assert.Equal(t, 0, exitCode(t, err), "%s", out)
 	assert.Contains(t, string(out), "is free")
+}
+
+// TestCLIRunFence: with --fence the command gets REDLOCK_FENCE, larger on
+// every run; without it, none.
+func TestCLIRunFence(t *testing.T) {
+	p := fencePrefix(t, 5*time.Second)
+	fence := func(args ...string) string {
+		out, err := redlockCmd(t, append(append([]string{"run"}, args...), p+"job", "--", "sh", "-c", `echo "[$REDLOCK_FENCE]"`)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.Trim(strings.TrimSpace(string(out)), "[]")
+	}
+	first, err := strconv.ParseInt(fence("--fence"), 10, 64)
+	require.NoError(t, err)
+	second, err := strconv.ParseInt(fence("--fence"), 10, 64)
+	require.NoError(t, err)
+	assert.Greater(t, second, first)
+	assert.Empty(t, fence())
 }

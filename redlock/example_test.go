@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log"
@@ -64,5 +65,84 @@ func ExampleLock_Extend() {
 			}
 		}
 		// ... one bounded step of work ...
+	}
+}
+
+// ExampleClient_Do runs a job that may outlive the TTL: Do keeps the lock
+// alive while the job runs and cancels the job's context as soon as the
+// lock can no longer be proven held.
+func ExampleClient_Do() {
+	client, err := redlock.Dial([]string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	err = client.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+		for batch := 0; batch < 1000; batch++ {
+			if err := ctx.Err(); err != nil {
+				return err // the lock is lost (context.Cause wraps redlock.ErrLost)
+			}
+			// ... one batch, passing ctx to every call that takes one ...
+		}
+		return nil
+	})
+	if errors.Is(err, redlock.ErrLost) {
+		log.Printf("stopped: the lock was lost: %v", err)
+	}
+}
+
+// ExampleLock_KeepAlive is Do by hand, for a job that must run between
+// taking the lock and starting to work (say, reading a checkpoint).
+func ExampleLock_KeepAlive() {
+	client, err := redlock.Dial([]string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	lock, err := client.Lock(context.Background(), "consumer/partition-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	job, stop := lock.KeepAlive(context.Background())
+	defer func() {
+		stop()
+		_ = lock.Unlock(context.Background())
+	}()
+	select {
+	case <-job.Done(): // lost, or the parent context ended
+		log.Printf("stop consuming: %v", context.Cause(job))
+	case <-time.After(time.Minute): // stands for the work
+	}
+}
+
+// ExampleLock_Fence checks the fencing token where the data is: the row
+// remembers the largest fence that wrote it, and a write with a smaller
+// one (from a holder that paused past its lock while another took it)
+// changes nothing.
+func ExampleLock_Fence() {
+	client, err := redlock.Dial([]string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"},
+		redlock.WithFencing())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	lock, err := client.Lock(ctx, "account/42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Unlock(ctx)
+	var db *sql.DB // your database
+	if db == nil {
+		return
+	}
+	// ... a GC pause or a SIGSTOP here can outlast the lock ...
+	res, err := db.ExecContext(ctx,
+		`UPDATE accounts SET balance = $1, fence = $2 WHERE id = 42 AND fence <= $2`, 100, lock.Fence())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		log.Print("refused: a later holder of the lock has written")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -18,7 +19,10 @@ import (
 
 const runTrailer = `The command runs as a child in its own process group, with the lock held
 and kept alive. It gets REDLOCK_KEY, REDLOCK_TOKEN and REDLOCK_UNTIL (the end
-of the validity when it started, RFC 3339, UTC) in its environment.
+of the validity when it started, RFC 3339, UTC) in its environment, and with
+--fence REDLOCK_FENCE: the lock's fencing token, a decimal integer larger than
+that of every earlier grant of KEY, for the command to hand to storage that
+rejects writes with a smaller one.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlock are forwarded to it; the
 lock is released after it exits, never before.
 
@@ -51,12 +55,14 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		noWait   bool
 		conflict int
 		grace    time.Duration
+		fence    bool
 	)
 	fs.DurationVar(&wait, "wait", 0, "how long to wait for the lock (default: until interrupted)")
 	fs.BoolVar(&noWait, "n", false, "make one attempt; exit with the conflict code if the lock is held")
 	fs.BoolVar(&noWait, "no-wait", false, "same as -n")
 	fs.IntVar(&conflict, "conflict-exit-code", exitHeld, "exit code when the lock is held elsewhere")
 	fs.IntVar(&conflict, "E", exitHeld, "same as --conflict-exit-code")
+	fs.BoolVar(&fence, "fence", false, "take a fenced lock and pass its token as REDLOCK_FENCE (one more round trip)")
 	fs.DurationVar(&grace, "grace", 0, "time the command gets between SIGTERM and SIGKILL when the lock is lost (default TTL/3)")
 	fs.Usage = usageFunc(fs, "redlock run [flags] KEY -- COMMAND [ARGS...]",
 		"Takes the lock KEY on a majority of the nodes, runs COMMAND while keeping\nthe lock alive, releases it when COMMAND exits and exits with its status.", runTrailer)
@@ -92,7 +98,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 
-	l, code := takeLock(ctx, c, key, wait, noWait, grace, stderr)
+	l, code := takeLock(ctx, c, key, wait, noWait, fence, grace, stderr)
 	if l == nil {
 		if code == exitHeld {
 			code = conflict
@@ -112,8 +118,11 @@ func flagErr(err error) int {
 
 // takeLock takes the lock as the flags say. On failure it reports why on
 // stderr and returns the exit code.
-func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Duration, noWait bool, grace time.Duration, stderr io.Writer) (*redlock.Lock, int) {
+func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Duration, noWait, fence bool, grace time.Duration, stderr io.Writer) (*redlock.Lock, int) {
 	opts := []redlock.LockOption{redlock.LostMargin(grace)}
+	if fence {
+		opts = append(opts, redlock.Fenced())
+	}
 	var (
 		l   *redlock.Lock
 		err error
@@ -163,6 +172,9 @@ func runLocked(l *redlock.Lock, argv []string, grace time.Duration, stdout, stde
 		"REDLOCK_KEY="+l.Key(),
 		"REDLOCK_TOKEN="+l.Token(),
 		"REDLOCK_UNTIL="+time.Now().Add(l.TTL()).UTC().Format(time.RFC3339Nano))
+	if f := l.Fence(); f != 0 {
+		cmd.Env = append(cmd.Env, "REDLOCK_FENCE="+strconv.FormatInt(f, 10))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Forwarding starts before the child does, so no signal falls between.
 	sigs := make(chan os.Signal, 8)
