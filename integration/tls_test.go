@@ -27,10 +27,13 @@ import (
 
 // lockACL is the least a lock client needs on a node: SET NX PX, the
 // scripts (EVALSHA, and EVAL after a restart emptied the script cache)
-// and the commands they run, and PING for idle-connection checks, on
-// the lock keys only. The README shows the same rule.
-var lockACL = []string{"on", "resetkeys", "~lk:*", "resetchannels", "-@all",
-	"+set", "+get", "+del", "+pexpire", "+pttl", "+eval", "+evalsha", "+ping"}
+// and the commands they run (TIME for fenced locks, PUBLISH to announce
+// a release), SUBSCRIBE for waiters to be woken, and PING for
+// idle-connection checks, on the lock keys and their release channels
+// only. The README shows the same rule.
+var lockACL = []string{"on", "resetkeys", "~lk:*", "resetchannels", "&lk:*", "-@all",
+	"+set", "+get", "+del", "+pexpire", "+pttl", "+time", "+eval", "+evalsha",
+	"+publish", "+subscribe", "+unsubscribe", "+ping"}
 
 // TestTLSAndACL runs the lock over rediss:// with an ACL user limited to
 // lockACL, against three redis-server processes serving TLS with a
@@ -94,6 +97,44 @@ func TestTLSAndACL(t *testing.T) {
 	require.NoError(t, l.Extend(ctx, time.Minute))
 	require.NoError(t, l.Unlock(ctx))
 	require.Eventually(t, holds(""), 2*time.Second, 10*time.Millisecond, "every node released the key")
+
+	// Fenced locks (TIME in a script) and wake-ups (SUBSCRIBE, PUBLISH)
+	// work within the rule: the waiter's retry delay is an hour.
+	f, err := good.TryLock(ctx, "lk:fenced", redlock.Fenced())
+	require.NoError(t, err)
+	assert.NotZero(t, f.Fence())
+	waiter, err := redlock.Dial(urls("locker:s3cret-pw"), trusted, timeout, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	require.NoError(t, err)
+	defer waiter.Close()
+	woken := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "lk:fenced")
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		woken <- err
+	}()
+	require.Eventually(t, func() bool {
+		for i := range tlsPorts {
+			v, err := c.Direct(i).Command(ctx, "PUBSUB", "NUMSUB", node.ReleaseChannel("lk:fenced"))
+			if err != nil || v.([]any)[1].(int64) != 1 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the waiter subscribed on every node")
+	time.Sleep(50 * time.Millisecond) // its attempt after subscribing has failed
+	require.NoError(t, f.Unlock(ctx))
+	select {
+	case err := <-woken:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not wake the waiter")
+	}
+	for i := range tlsPorts {
+		_, err := c.Direct(i).Command(ctx, "DEL", node.FenceKey("lk:fenced"))
+		require.NoError(t, err)
+	}
 
 	// A key outside ~lk:*: every node refuses, and Lock does not retry.
 	_, err = good.Lock(ctx, "other:tls")
