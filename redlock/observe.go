@@ -82,7 +82,7 @@ func (i OpInfo) Outcome() string {
 type NodeCallInfo struct {
 	Node    int    // index in the configured list
 	Addr    string // the node's address
-	Op      string // "acquire", "extend" or "release"
+	Op      string // "acquire", "confirm" (fenced locks), "extend" or "release"
 	Latency time.Duration
 	Err     error // nil when the node answered (done, taken or absent)
 }
