@@ -18,8 +18,8 @@ for d in $pkgs; do
 	[ -n "$files" ] || continue
 	lines=$(cat $files | wc -l)
 	top=$(go doc -short "./$d" 2>/dev/null | grep -c . || true)
-	methods=$(grep -hE '^func \([^)]*\) [A-Z]' $files | wc -l)
-	syncs=$(grep -hE '^\s+\w+(, \w+)*\s+\*?(sync\.[A-Z]\w*|atomic\.[A-Z]\w*)\b|make\(chan ' $files | wc -l)
+	methods=$( (grep -hE '^func \([^)]*\) [A-Z]' $files || true) | wc -l)
+	syncs=$( (grep -hE '^\s+\w+(, \w+)*\s+\*?(sync\.[A-Z]\w*|atomic\.[A-Z]\w*)\b|make\(chan ' $files || true) | wc -l)
 	printf '%-22s %6d %8d %6d\n' "$d" "$lines" "$((top + methods))" "$syncs"
 done
 
