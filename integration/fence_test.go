@@ -47,7 +47,13 @@ func grantFences(t *testing.T, clients []*redlock.Client, key string, n int, las
 		require.NoError(t, err, "grant %d", i)
 		require.Greater(t, l.Fence(), last, "grant %d by client %d", i, i%len(clients))
 		last = l.Fence()
-		require.NoError(t, l.Unlock(ctx))
+		// An unlock whose outcome is unknown (nodes stalled by a fault
+		// next door) leaves keys that expire by their TTL; the next Lock
+		// waits for them. Only a lock found taken by another is wrong.
+		if err := l.Unlock(ctx); err != nil {
+			require.NotErrorIs(t, err, redlock.ErrNotHeld)
+			t.Logf("grant %d: %v", i, err)
+		}
 	}
 	return last
 }
@@ -69,22 +75,26 @@ func TestFenceThousandGrants(t *testing.T) {
 // Grants before, while it is down and after it is back keep increasing:
 // the confirm had written the large fence to a majority.
 func TestFenceNodeRestartedWithoutItsCounter(t *testing.T) {
-	const ttl = 500 * time.Millisecond
+	const ttl = time.Second
 	p := fencePrefix(t, 5*time.Second)
 	key := p + "k"
 	ctx := context.Background()
-	opts := []redlock.Option{redlock.WithFencing(), redlock.WithTTL(ttl)}
+	// A node timeout of 100 ms, not the 5 ms a 1 s TTL derives: a docker
+	// kill or start stalls this two-core machine for tens of ms.
+	opts := []redlock.Option{redlock.WithFencing(), redlock.WithTTL(ttl), redlock.WithNodeTimeout(100 * time.Millisecond)}
 	clients := []*redlock.Client{client(t, opts...), client(t, opts...)}
 	last := grantFences(t, clients, key, 50, 0)
 
 	ahead := time.Now().Add(time.Hour).UnixMicro()
 	_, err := shared.Direct(0).Command(ctx, "SET", node.FenceKey(key), ahead)
 	require.NoError(t, err)
-	l, err := clients[0].TryLock(ctx, key)
+	l, err := clients[0].Lock(ctx, key)
 	require.NoError(t, err, "node 0 is up: it grants, the fence comes from it")
 	require.Greater(t, l.Fence(), ahead)
 	last = l.Fence()
-	require.NoError(t, l.Unlock(ctx))
+	if err := l.Unlock(ctx); err != nil {
+		require.NotErrorIs(t, err, redlock.ErrNotHeld)
+	}
 
 	require.NoError(t, shared.Kill(ctx, 0))
 	restarted := false
@@ -94,7 +104,7 @@ func TestFenceNodeRestartedWithoutItsCounter(t *testing.T) {
 		}
 	})
 	last = grantFences(t, clients, key, 50, last)
-	time.Sleep(ttl + 100*time.Millisecond) // a delayed restart
+	time.Sleep(ttl + 100*time.Millisecond) // a delayed restart: away longer than the TTL
 	require.NoError(t, shared.Start(ctx, 0))
 	restarted = true
 	v, err := shared.Direct(0).Command(ctx, "EXISTS", node.FenceKey(key))
@@ -160,13 +170,13 @@ func TestFencePausedHolderIsRefused(t *testing.T) {
 	ctx := context.Background()
 	store := fencedStore{admin: shared.Direct(0), key: p + "store"}
 	t.Cleanup(func() { _, _ = shared.Direct(0).Command(ctx, "DEL", store.key, store.key+":fence") })
-	a := client(t, redlock.WithFencing(), redlock.WithTTL(300*time.Millisecond))
+	a := client(t, redlock.WithFencing(), redlock.WithTTL(time.Second), redlock.WithNodeTimeout(100*time.Millisecond))
 	b := client(t, redlock.WithFencing(), redlock.WithTTL(10*time.Second))
 
-	la, err := a.TryLock(ctx, p+"k")
+	la, err := a.Lock(ctx, p+"k")
 	require.NoError(t, err)
 	require.NoError(t, store.write(ctx, "a1", la.Fence()))
-	time.Sleep(400 * time.Millisecond) // A is paused past Until
+	time.Sleep(time.Until(la.Until()) + 100*time.Millisecond) // A is paused past Until
 
 	lb, err := b.Lock(ctx, p+"k")
 	require.NoError(t, err)
