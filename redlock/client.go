@@ -45,6 +45,9 @@ type Client struct {
 	// breakers has one circuit breaker per node, nil when turned off;
 	// each guards itself.
 	breakers []*breaker
+	// noFence is the error of a fenced lock on these nodes: nil when
+	// every node is a node.Fencer.
+	noFence error
 
 	// mu guards closed and the bg.Add that starts an operation (begin);
 	// it is never held across I/O.
@@ -124,9 +127,10 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 			return nil, fmt.Errorf("%w: node[%d] and node[%d] are both %s; Redlock needs independent masters", ErrInvalid, j, i, nd.Addr())
 		}
 		seen[addr] = i
-		if _, ok := nd.(node.Fencer); cfg.fenced && !ok {
-			return nil, fmt.Errorf("%w: fencing asked for, and node[%d] (%s) cannot fence", ErrInvalid, i, nd.Addr())
-		}
+	}
+	noFence := noFencer(nodes)
+	if cfg.fenced && noFence != nil {
+		return nil, noFence
 	}
 	q := quorum.Majority(n)
 	if cfg.quorum != 0 {
@@ -136,7 +140,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		q = cfg.quorum
 	}
 	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
-		breakers: newNodeBreakers(cfg.breaker, n)}
+		breakers: newNodeBreakers(cfg.breaker, n), noFence: noFence}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)
 	}
@@ -352,14 +356,21 @@ func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
 	if err := cfg.check(); err != nil {
 		return cfg, err
 	}
-	if cfg.fenced && !c.cfg.fenced {
-		for i, nd := range c.nodes {
-			if _, ok := nd.(node.Fencer); !ok {
-				return cfg, fmt.Errorf("%w: fencing asked for, and node[%d] (%s) cannot fence", ErrInvalid, i, nd.Addr())
-			}
-		}
+	if cfg.fenced && c.noFence != nil {
+		return cfg, c.noFence
 	}
 	return cfg, nil
+}
+
+// noFencer returns the ErrInvalid that a fenced lock gets when a node is
+// not a node.Fencer, or nil when every node is.
+func noFencer(nodes []node.Node) error {
+	for i, nd := range nodes {
+		if _, ok := nd.(node.Fencer); !ok {
+			return fmt.Errorf("%w: fencing asked for, and node[%d] (%s) cannot fence", ErrInvalid, i, nd.Addr())
+		}
+	}
+	return nil
 }
 
 // attempt is one round of the algorithm: SET NX PX everywhere in parallel,
