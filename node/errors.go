@@ -106,8 +106,14 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind, e.Err}
 }
 
-// classify picks the sentinel kind of err.
-func classify(err error) error {
+// Classify picks the kind of an error that a Redis client returned,
+// from what every Go client shares: context and net timeouts, dial
+// errors, crypto/tls errors, and the server's refusals of credentials
+// (WRONGPASS, NOAUTH, NOPERM). An error that already wraps one of this
+// package's kinds keeps it. It returns nil when it cannot tell; a driver
+// checks its own client's errors (a closed client, a protocol error of
+// its parser) first. See Fail.
+func Classify(err error) error {
 	var ne net.Error
 	var op *net.OpError
 	switch {
@@ -125,17 +131,16 @@ func classify(err error) error {
 	case errors.As(err, new(tls.RecordHeaderError)):
 		return ErrProtocol
 	}
+	for _, k := range kindNames {
+		if errors.Is(err, k.kind) {
+			return k.kind
+		}
+	}
 	msg := err.Error()
 	switch {
-	case msg == "redigo: get on closed pool":
-		// Close raced a call past its closed check.
-		return ErrClosed
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "NOPERM"),
 		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "ERR AUTH"):
 		return ErrAuth
-	case strings.HasPrefix(msg, "redigo: ") && !strings.Contains(msg, "connection pool"):
-		// redigo's protocolError is unexported; its messages all start so.
-		return ErrProtocol
 	}
 	return nil
 }

@@ -24,8 +24,11 @@ func TestClassify(t *testing.T) {
 		{errors.New("redigo: connection pool exhausted"), nil},
 		{context.DeadlineExceeded, ErrTimeout},
 		{errors.New("ERR unknown command"), nil},
+		{ErrClosed, ErrClosed},
+		{unexpected("x"), ErrProtocol},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, classify(c.err), "%v", c.err)
+		e := (&Redis{addr: "a"}).fail("acquire", c.err).(*Error)
+		assert.Equal(t, c.want, e.Kind, "%v", c.err)
 	}
 }

@@ -91,7 +91,10 @@ type Node interface {
 	Addr() string
 
 	// Acquire runs SET k.Name k.Token NX PX ttl: Done if the key was
-	// set, Taken if it already existed.
+	// set, Taken if it already existed. A key that already holds
+	// k.Token is set to live ttl and answered Done: a token is fresh
+	// for every attempt, so that is the same command run twice (a
+	// driver's client retried it after a lost reply).
 	Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, error)
 
 	// Extend makes the key live at least ttl more if it still holds

@@ -231,3 +231,50 @@ func TestStatusString(t *testing.T) {
 	assert.Equal(t, "absent", node.Absent.String())
 	assert.Equal(t, "unknown", node.Unknown.String())
 }
+
+// TestParseReplies: the reply readers accept what redigo returns (bulk
+// strings as []byte) and what go-redis returns (strings), and refuse
+// anything else with ErrProtocol.
+func TestParseReplies(t *testing.T) {
+	for _, ok := range []any{"OK", []byte("OK")} {
+		res, err := node.ParseAcquire(ok)
+		require.NoError(t, err)
+		assert.Equal(t, node.Result{Status: node.Done}, res)
+	}
+	for _, fenced := range []any{[]any{"OK", int64(42)}, []any{[]byte("OK"), int64(42)}} {
+		res, err := node.ParseAcquire(fenced)
+		require.NoError(t, err)
+		assert.Equal(t, node.Result{Status: node.Done, Fence: 42}, res)
+	}
+	res, err := node.ParseAcquire(int64(1500))
+	require.NoError(t, err)
+	assert.Equal(t, node.Result{Status: node.Taken, TTL: 1500 * time.Millisecond}, res)
+	res, err = node.ParseAcquire(int64(-1)) // no expiry: unknown
+	require.NoError(t, err)
+	assert.Equal(t, node.Result{Status: node.Taken}, res)
+
+	for reply, want := range map[int64]node.Status{1: node.Done, 0: node.Taken, -1: node.Absent} {
+		res, err := node.ParseStatus(reply)
+		require.NoError(t, err)
+		assert.Equal(t, want, res.Status)
+	}
+	info, err := node.ParseInspect([]any{"tok", int64(900)})
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{Token: "tok", TTL: 900 * time.Millisecond}, info)
+	info, err = node.ParseInspect([]any{nil, int64(-2)})
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{}, info)
+
+	for _, bad := range []any{"QUEUED", []any{"OK", int64(0)}, []any{"OK"}, nil} {
+		_, err := node.ParseAcquire(bad)
+		require.ErrorIs(t, err, node.ErrProtocol, "%v", bad)
+		_, err = node.ParseStatus(bad)
+		require.ErrorIs(t, err, node.ErrProtocol, "%v", bad)
+	}
+	err = node.Fail("h:1", "extend", nil, errors.New("NOAUTH Authentication required."))
+	require.ErrorIs(t, err, node.ErrAuth)
+	assert.Equal(t, "node h:1: extend: node rejected the credentials: NOAUTH Authentication required.", err.Error())
+	_, err = node.ParseStatus("x")
+	err = node.Fail("h:1", "release", nil, err)
+	assert.Equal(t, "node h:1: release: peer does not speak the Redis protocol: unexpected reply x", err.Error())
+}

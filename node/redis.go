@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	_ "embed"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -38,10 +36,12 @@ type Options struct {
 	// URL's host as server name.
 	TLSConfig *tls.Config
 	// CheckIdle is how long a pooled connection may sit idle before it is
-	// checked with a PING (within the caller's deadline) when taken from
-	// the pool. A node that restarted leaves dead connections behind;
-	// without the check the first command on each fails. Default 1s;
-	// negative disables the check.
+	// checked when taken from the pool. A node that restarted leaves dead
+	// connections behind; without the check the first command on each
+	// fails. The check looks at the socket for a close or reset, with no
+	// round trip; only where that cannot tell (TLS bytes waiting, or an
+	// OS without the look) is the connection PINGed, within the call's
+	// deadline. Default 1s; negative disables the check.
 	CheckIdle time.Duration
 }
 
@@ -78,24 +78,23 @@ var (
 	//go:embed scripts/confirm_fence.lua
 	confirmFenceLua string
 
-	acquireScript = newScript(acquireLua)
-	extendScript  = newScript(extendLua)
-	releaseScript = newScript(releaseLua)
-	inspectScript = newScript(inspectLua)
+	acquireScript = boxed(luaScripts.Acquire)
+	extendScript  = boxed(luaScripts.Extend)
+	releaseScript = boxed(luaScripts.Release)
+	inspectScript = boxed(luaScripts.Inspect)
 
-	acquireFencedScript = newScript(acquireFencedLua)
-	confirmFenceScript  = newScript(confirmFenceLua)
+	acquireFencedScript = boxed(luaScripts.AcquireFenced)
+	confirmFenceScript  = boxed(luaScripts.ConfirmFence)
 )
 
-// script is a Lua script and its SHA1, boxed once.
+// script is a Lua script's source and SHA1, boxed once for redigo's
+// argument lists.
 type script struct {
 	src  any
 	hash any
 }
 
-func newScript(src string) *script {
-	return &script{src: src, hash: redis.NewScript(1, src).Hash()}
-}
+func boxed(s Script) *script { return &script{src: s.Src, hash: s.Hash} }
 
 // Redis is a Node backed by a redigo connection pool.
 type Redis struct {
@@ -193,10 +192,12 @@ func New(ep Endpoint, opts Options) *Redis {
 						return lc, nil
 					}))
 				c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
-				if err == nil {
-					lc.ready = true // AUTH and SELECT done: see lateConn
+				if err != nil {
+					return nil, err
 				}
-				return c, err
+				lc.ready = true // AUTH and SELECT done: see lateConn
+				// redigo's connection implements ConnWithTimeout.
+				return &pooledConn{ConnWithTimeout: c.(redis.ConnWithTimeout), nc: lc.Conn}, nil
 			})
 		},
 	}
@@ -206,18 +207,7 @@ func New(ep Endpoint, opts Options) *Redis {
 			if time.Since(lastUsed) < checkIdle {
 				return nil
 			}
-			d, ok := ctx.Deadline()
-			left := time.Until(d)
-			if !ok || left > r.timeout {
-				left = r.timeout
-			}
-			if left <= 0 {
-				// No time to check it, which is no fault of the
-				// connection's: call gives it back unused.
-				return nil
-			}
-			_, err := redis.DoWithTimeout(c, left, "PING")
-			return err
+			return r.checkIdle(ctx, c)
 		}
 	}
 	return r
@@ -246,27 +236,8 @@ func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	switch v := reply.(type) {
-	case string:
-		if v == "OK" {
-			return Result{Status: Done}, nil
-		}
-	case int64:
-		return Result{Status: Taken, TTL: holderTTL(v)}, nil
-	}
-	return Result{}, r.fail("acquire", fmt.Errorf("unexpected reply %v", reply))
-}
-
-// holderTTL converts a PTTL reply to Result.TTL: 0 when unknown (no
-// expiry), at least 1 ms otherwise.
-func holderTTL(pttl int64) time.Duration {
-	switch {
-	case pttl < 0:
-		return 0
-	case pttl == 0:
-		return time.Millisecond
-	}
-	return time.Duration(pttl) * time.Millisecond
+	res, err := ParseAcquire(reply)
+	return res, r.fail("acquire", err)
 }
 
 // Extend runs extend.lua.
@@ -294,19 +265,8 @@ func (r *Redis) AcquireFenced(ctx context.Context, k Key, ttl, counterTTL time.D
 	if err != nil {
 		return Result{}, err
 	}
-	switch v := reply.(type) {
-	case []any:
-		if len(v) == 2 {
-			if ok, _ := redis.String(v[0], nil); ok == "OK" {
-				if fence, err := redis.Int64(v[1], nil); err == nil && fence > 0 {
-					return Result{Status: Done, Fence: fence}, nil
-				}
-			}
-		}
-	case int64:
-		return Result{Status: Taken, TTL: holderTTL(v)}, nil
-	}
-	return Result{}, r.fail("acquire", fmt.Errorf("unexpected reply %v", reply))
+	res, err := ParseAcquire(reply)
+	return res, r.fail("acquire", err)
 }
 
 // ConfirmFence runs confirm_fence.lua (see Fencer).
@@ -315,7 +275,8 @@ func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL
 	if err != nil {
 		return Result{}, err
 	}
-	return r.status("confirm", reply)
+	res, err := ParseStatus(reply)
+	return res, r.fail("confirm", err)
 }
 
 // Inspect runs inspect.lua.
@@ -324,16 +285,8 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	vals, err := redis.Values(reply, nil)
-	if err != nil || len(vals) != 2 {
-		return Info{}, r.fail("inspect", fmt.Errorf("unexpected reply %v", reply))
-	}
-	tok, _ := redis.String(vals[0], nil)
-	pttl, _ := redis.Int64(vals[1], nil)
-	if pttl == -2 {
-		return Info{}, nil
-	}
-	return Info{Token: tok, TTL: time.Duration(pttl) * time.Millisecond}, nil
+	info, err := ParseInspect(reply)
+	return info, r.fail("inspect", err)
 }
 
 // script runs s with one key and args and maps its reply (1, 0, -1) to a
@@ -343,20 +296,8 @@ func (r *Redis) script(ctx context.Context, op string, s *script, key string, ar
 	if err != nil {
 		return Result{}, err
 	}
-	return r.status(op, reply)
-}
-
-// status maps a script's reply (1, 0, -1) to a Status.
-func (r *Redis) status(op string, reply any) (Result, error) {
-	switch reply {
-	case int64(1):
-		return Result{Status: Done}, nil
-	case int64(0):
-		return Result{Status: Taken}, nil
-	case int64(-1):
-		return Result{Status: Absent}, nil
-	}
-	return Result{}, r.fail(op, fmt.Errorf("unexpected reply %v", reply))
+	res, err := ParseStatus(reply)
+	return res, r.fail(op, err)
 }
 
 // eval runs s on key with args by EVALSHA and falls back to EVAL (which
@@ -460,13 +401,24 @@ func noScript(err error) bool {
 	return ok && strings.HasPrefix(string(e), "NOSCRIPT")
 }
 
+// fail wraps err in an *Error of its kind; nil stays nil.
 func (r *Redis) fail(op string, err error) error {
-	if errors.Is(err, ErrClosed) {
-		return &Error{Addr: r.addr, Op: op, Kind: ErrClosed}
+	if err == nil {
+		return nil
 	}
-	var ne *Error
-	if errors.As(err, &ne) {
-		return err
+	return Fail(r.addr, op, redigoKind(err), err)
+}
+
+// redigoKind is the kind of the errors only redigo makes, or nil.
+func redigoKind(err error) error {
+	msg := err.Error()
+	switch {
+	case msg == "redigo: get on closed pool":
+		// Close raced a call past its closed check.
+		return ErrClosed
+	case strings.HasPrefix(msg, "redigo: ") && !strings.Contains(msg, "connection pool"):
+		// redigo's protocolError is unexported; its messages all start so.
+		return ErrProtocol
 	}
-	return &Error{Addr: r.addr, Op: op, Kind: classify(err), Err: err}
+	return nil
 }

@@ -2,6 +2,9 @@ package node_test
 
 import (
 	"context"
+	"crypto/tls"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,4 +148,63 @@ func TestLateDialKeepsItsConnection(t *testing.T) {
 	_, err = r.Inspect(bg, "k")
 	require.NoError(t, err)
 	assert.Equal(t, before+1, admin.Connections(t), "new connections")
+}
+
+// pings returns how many PINGs the server has run.
+func pings(t *testing.T, admin *redistest.Admin) int {
+	t.Helper()
+	v, err := admin.Do(context.Background(), "INFO", "commandstats")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(v.([]byte))) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_ping:calls="); ok {
+			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			require.NoError(t, err)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestIdleCheckWithoutRoundTrip: a connection idle for longer than
+// CheckIdle is checked by looking at its socket: a healthy one is used
+// with no PING (which would cost a round trip of the call's deadline);
+// one the server closed meanwhile is dropped and the call succeeds on a
+// new one, over plain TCP and over TLS.
+func TestIdleCheckWithoutRoundTrip(t *testing.T) {
+	plain := redistest.Start(t)
+	tlsURL, tlsAddr, roots := redistest.StartTLS(t)
+	for _, c := range []struct {
+		name, admin, url string
+		opts             node.Options
+	}{
+		{"tcp", plain, plain, node.Options{}},
+		{"tls", tlsURL, "rediss://" + tlsAddr, node.Options{TLSConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			admin := redistest.Dial(t, c.admin)
+			c.opts.MaxActive, c.opts.CheckIdle = 1, 50*time.Millisecond
+			r, err := node.Dial(c.url, c.opts)
+			require.NoError(t, err)
+			defer r.Close()
+			ctx := context.Background()
+			_, err = r.Inspect(ctx, "k")
+			require.NoError(t, err)
+			before, conns := pings(t, admin), admin.Connections(t)
+
+			time.Sleep(100 * time.Millisecond) // idle past CheckIdle
+			_, err = r.Inspect(ctx, "k")
+			require.NoError(t, err)
+			assert.Equal(t, conns, admin.Connections(t), "the idle connection was used")
+			if c.name == "tcp" {
+				assert.Equal(t, before, pings(t, admin), "a PING for an idle connection")
+			}
+
+			_, err = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+			require.NoError(t, err)
+			time.Sleep(100 * time.Millisecond)
+			_, err = r.Inspect(ctx, "k")
+			require.NoError(t, err, "the first call after the server closed the idle connection")
+			assert.Equal(t, conns+1, admin.Connections(t), "a new connection")
+		})
+	}
 }

@@ -5,8 +5,10 @@
 -- ARGV[2]  the TTL in milliseconds
 -- ARGV[3]  the counter's TTL in milliseconds
 -- Returns  {"OK", counter} when the key was set, the counter raised to
---          max(counter + 1, the node's TIME in microseconds); otherwise the
---          holder's PTTL in milliseconds, as acquire.lua.
+--          max(counter + 1, the node's TIME in microseconds); when the key
+--          already held the caller's token (a retried command, see
+--          acquire.lua), its TTL set again and {"OK", counter} as it stands;
+--          otherwise the holder's PTTL in milliseconds, as acquire.lua.
 -- The time seed keeps the counter above every value handed out before
 -- when the counter is lost (restart without persistence, expiry), as long
 -- as the node's clock does not step back. Microseconds since 1970 stay
@@ -15,6 +17,13 @@ if redis.replicate_commands then
   redis.replicate_commands() -- TIME before a write (Redis < 5; a no-op since)
 end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+  if redis.call("GET", KEYS[1]) == ARGV[1] then
+    redis.call("PEXPIRE", KEYS[1], ARGV[2])
+    local c = tonumber(redis.call("GET", KEYS[2]) or "0") or 0
+    if c > 0 then
+      return {"OK", c}
+    end
+  end
   return redis.call("PTTL", KEYS[1])
 end
 local c = tonumber(redis.call("GET", KEYS[2]) or "0") or 0

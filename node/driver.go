@@ -1,0 +1,184 @@
+package node
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// This file holds what every driver shares, so that a Node over another
+// Redis client (the goredis module, or one of your own) runs the same
+// scripts and reads their replies the same way as Redis does. The rules
+// a driver must follow are in the package comment of node/nodetest,
+// whose Run checks them against a real server.
+
+// Script is one of the Lua scripts a lock node runs.
+type Script struct {
+	// Src is the Lua source, for EVAL.
+	Src string
+	// Hash is its SHA1 in lower-case hex, for EVALSHA.
+	Hash string
+	// Keys is how many of the script's arguments are keys (KEYS[]);
+	// the rest are ARGV[].
+	Keys int
+}
+
+// Scripts are the scripts of a lock node. Each file in node/scripts
+// documents its KEYS, ARGV and reply; the Parse functions below read
+// the replies.
+type Scripts struct {
+	// Acquire: KEYS key; ARGV token, ttl ms. Reply: ParseAcquire.
+	Acquire Script
+	// Extend: KEYS key; ARGV token, ttl ms. Reply: ParseStatus.
+	Extend Script
+	// Release: KEYS key; ARGV token, "1" to announce or "0". Reply:
+	// ParseStatus.
+	Release Script
+	// Inspect: KEYS key. Reply: ParseInspect.
+	Inspect Script
+	// AcquireFenced: KEYS key, FenceKey(key); ARGV token, ttl ms,
+	// counter TTL ms. Reply: ParseAcquire.
+	AcquireFenced Script
+	// ConfirmFence: KEYS key, FenceKey(key); ARGV token, fence, counter
+	// TTL ms. Reply: ParseStatus.
+	ConfirmFence Script
+}
+
+// LuaScripts returns the scripts a lock node runs. Run them by EVALSHA
+// with Hash and, on a NOSCRIPT reply (a restarted node, SCRIPT FLUSH),
+// by EVAL with Src within the same call's deadline.
+func LuaScripts() Scripts { return luaScripts }
+
+var luaScripts = Scripts{
+	Acquire:       newLua(acquireLua, 1),
+	Extend:        newLua(extendLua, 1),
+	Release:       newLua(releaseLua, 1),
+	Inspect:       newLua(inspectLua, 1),
+	AcquireFenced: newLua(acquireFencedLua, 2),
+	ConfirmFence:  newLua(confirmFenceLua, 2),
+}
+
+func newLua(src string, keys int) Script {
+	h := sha1.Sum([]byte(src))
+	return Script{Src: src, Hash: hex.EncodeToString(h[:]), Keys: keys}
+}
+
+// Replies are passed to the Parse functions as a Redis client returns
+// them: a status or bulk string as string or []byte, an integer as
+// int64, an array as []any, a nil bulk string as nil.
+
+// ParseAcquire reads the reply of Acquire or AcquireFenced: "OK" (or, of
+// AcquireFenced, ["OK", fence]) is Done; an integer is Taken, with the
+// holder's PTTL in Result.TTL.
+func ParseAcquire(reply any) (Result, error) {
+	switch v := reply.(type) {
+	case int64:
+		return Result{Status: Taken, TTL: holderTTL(v)}, nil
+	case []any:
+		if len(v) == 2 && asString(v[0]) == "OK" {
+			if fence, ok := asInt(v[1]); ok && fence > 0 {
+				return Result{Status: Done, Fence: fence}, nil
+			}
+		}
+	default:
+		if asString(reply) == "OK" {
+			return Result{Status: Done}, nil
+		}
+	}
+	return Result{}, unexpected(reply)
+}
+
+// ParseStatus reads the reply of Extend, Release or ConfirmFence: 1 is
+// Done, 0 Taken, -1 Absent.
+func ParseStatus(reply any) (Result, error) {
+	switch reply {
+	case int64(1):
+		return Result{Status: Done}, nil
+	case int64(0):
+		return Result{Status: Taken}, nil
+	case int64(-1):
+		return Result{Status: Absent}, nil
+	}
+	return Result{}, unexpected(reply)
+}
+
+// ParseInspect reads the reply of Inspect.
+func ParseInspect(reply any) (Info, error) {
+	v, ok := reply.([]any)
+	if !ok || len(v) != 2 {
+		return Info{}, unexpected(reply)
+	}
+	pttl, ok := asInt(v[1])
+	if !ok {
+		return Info{}, unexpected(reply)
+	}
+	if pttl == -2 {
+		return Info{}, nil
+	}
+	return Info{Token: asString(v[0]), TTL: time.Duration(pttl) * time.Millisecond}, nil
+}
+
+// holderTTL converts a PTTL reply to Result.TTL: 0 when unknown (no
+// expiry), at least 1 ms otherwise.
+func holderTTL(pttl int64) time.Duration {
+	switch {
+	case pttl < 0:
+		return 0
+	case pttl == 0:
+		return time.Millisecond
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+func asString(v any) string {
+	switch s := v.(type) {
+	case string:
+		return s
+	case []byte:
+		return string(s)
+	}
+	return ""
+}
+
+func asInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case string, []byte:
+		i, err := strconv.ParseInt(asString(n), 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// unexpected is the error of a reply no script returns: an *Error of kind
+// ErrProtocol that Fail completes with the node's address and the op.
+func unexpected(reply any) error {
+	return &Error{Kind: ErrProtocol, Err: fmt.Errorf("unexpected reply %v", reply)}
+}
+
+// Fail wraps err, from op on the node at addr, in an *Error of the kind
+// Classify gives it, unless it is one already. kind, when not nil, is
+// used instead: a driver passes the kinds that only its client's errors
+// reveal (a pool timeout, a closed client) and nil for the rest. Fail
+// keeps an *Error it is given, filling in its Addr and Op when empty (as
+// in the errors of the Parse functions).
+func Fail(addr, op string, kind, err error) error {
+	if ne, ok := err.(*Error); ok {
+		if ne.Addr != "" {
+			return ne
+		}
+		e := *ne
+		e.Addr, e.Op = addr, op
+		return &e
+	}
+	if kind == nil {
+		kind = Classify(err)
+	}
+	if kind == err {
+		err = nil
+	}
+	return &Error{Addr: addr, Op: op, Kind: kind, Err: err}
+}
