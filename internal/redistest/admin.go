@@ -67,6 +67,23 @@ func (a *Admin) Do(ctx context.Context, args ...any) (any, error) {
 	return a.read()
 }
 
+// Receive reads the next reply without sending a command: the messages
+// of a subscription made with Do("SUBSCRIBE", ...). ctx's deadline bounds
+// the wait; an error that is not a reply (a timeout) leaves the Admin
+// unusable only if part of a reply had been read.
+func (a *Admin) Receive(ctx context.Context) (any, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(30 * time.Second)
+	}
+	if err := a.conn.SetDeadline(d); err != nil {
+		return nil, err
+	}
+	return a.read()
+}
+
 // errReply is an error reply from the server.
 type errReply string
 

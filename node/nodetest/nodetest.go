@@ -1,0 +1,743 @@
+// Package nodetest checks that a node.Node keeps the contract a Redlock
+// client relies on, against real redis-server processes it starts itself
+// (redis-server must be on PATH, or named by $REDIS_SERVER; the tests
+// are skipped without it). Run it from a driver's tests, the way
+// testing/fstest checks a file system:
+//
+//	func TestConformance(t *testing.T) {
+//		nodetest.Run(t, func(t *testing.T, s nodetest.Server) node.Node {
+//			c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, ...})
+//			t.Cleanup(func() { c.Close() })
+//			return mydriver.New(c)
+//		})
+//	}
+//
+// # The rules for a driver
+//
+// These are what Run checks; node.Redis (redigo) and the goredis module
+// pass them (goredis over clients with DialerRetries 1: go-redis' default
+// of five dials 100 ms apart turns a refused port into a timeout).
+//
+//   - Run the scripts of node.LuaScripts (EVALSHA, then EVAL on NOSCRIPT,
+//     within the same call's deadline) and read their replies with
+//     node.ParseAcquire, ParseStatus and ParseInspect. Never emulate a
+//     script with several commands: the token check and the write must be
+//     one atomic step.
+//   - Bound every call by its context's deadline: waiting for a pooled
+//     connection, dialling, TLS, AUTH, writing and reading. A server that
+//     accepts and never answers must cost no more than the deadline. A
+//     call whose context has no deadline is bounded by the driver's own
+//     timeout. A timed-out call answers node.Unknown and an error that
+//     wraps node.ErrTimeout; its late reply must never be taken for the
+//     reply of a later call on the same connection.
+//   - Report failures as *node.Error values (node.Fail) whose kind
+//     tells down (ErrTimeout, ErrUnreachable) from refused (ErrAuth,
+//     ErrTLS, ErrProtocol) and ErrClosed after Close; never put a
+//     password in an error, in Addr, or in what fmt prints of the node.
+//   - Pass keys and tokens as binary-safe strings.
+//   - Be safe for concurrent use.
+//   - Optional interfaces (node.Inspector, node.Watcher, node.Fencer,
+//     io.Closer) are checked when the node offers them. A Watch must
+//     return at once, become Ready when the server confirmed the
+//     subscription, survive a dropped connection, and send nothing after
+//     Stop.
+//
+// A driver whose client retries a command after a lost reply (go-redis
+// does, up to MaxRetries) is safe with these scripts: an acquire that
+// finds its own token answers Done, and extend and release are
+// idempotent, though a retried release that finds the key gone answers
+// Absent.
+package nodetest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/node"
+)
+
+// Server is a Redis server Run started, as a Factory must reach it.
+type Server struct {
+	// Addr is the server's host:port, on loopback.
+	Addr string
+	// Username is the ACL user, "" for the default user.
+	Username string
+	// Password is the password to send, "" for none.
+	Password string
+	// TLS, when not nil, means the server speaks only TLS on Addr: dial
+	// with this configuration (which may or may not trust the server's
+	// certificate: Run checks both).
+	TLS *tls.Config
+	// Timeout is the timeout the node must apply to a call whose context
+	// has no deadline.
+	Timeout time.Duration
+}
+
+// Factory makes the node under test for s. It may call t.Skip (say, a
+// driver without TLS), and registers with t.Cleanup whatever it must
+// close besides the node: Run closes the node itself when it is an
+// io.Closer.
+type Factory func(t *testing.T, s Server) node.Node
+
+// Run checks the node contract (see the package comment) on nodes made
+// by f, each in a subtest.
+func Run(t *testing.T, f Factory) {
+	t.Run("Acquire", func(t *testing.T) { testAcquire(t, f) })
+	t.Run("Extend", func(t *testing.T) { testExtend(t, f) })
+	t.Run("Release", func(t *testing.T) { testRelease(t, f) })
+	t.Run("Inspect", func(t *testing.T) { testInspect(t, f) })
+	t.Run("BinarySafe", func(t *testing.T) { testBinarySafe(t, f) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, f) })
+	t.Run("NoScript", func(t *testing.T) { testNoScript(t, f) })
+	t.Run("Blackhole", func(t *testing.T) { testBlackhole(t, f) })
+	t.Run("Stalled", func(t *testing.T) { testStalled(t, f) })
+	t.Run("Unreachable", func(t *testing.T) { testUnreachable(t, f) })
+	t.Run("NotRedis", func(t *testing.T) { testNotRedis(t, f) })
+	t.Run("Auth", func(t *testing.T) { testAuth(t, f) })
+	t.Run("TLS", func(t *testing.T) { testTLS(t, f) })
+	t.Run("Watch", func(t *testing.T) { testWatch(t, f) })
+	t.Run("Fence", func(t *testing.T) { testFence(t, f) })
+	t.Run("Close", func(t *testing.T) { testClose(t, f) })
+}
+
+// timeout is the Server.Timeout Run gives factories.
+const timeout = time.Second
+
+// slack is what a bounded call may take beyond its deadline: scheduling
+// on a loaded two-core machine under -race. It is a bound on a contract
+// ("returns by its deadline"), far above any real cost, not a speed test.
+const slack = 750 * time.Millisecond
+
+// env is one subtest's server, admin connection and node.
+type env struct {
+	t     *testing.T
+	admin *redistest.Admin
+	n     node.Node
+	addr  string // the server's host:port
+	ctx   context.Context
+}
+
+// start starts a server with args, and makes a node for it with f.
+func start(t *testing.T, f Factory, args ...string) *env {
+	t.Helper()
+	u := redistest.StartArgs(t, args...)
+	addr := hostPort(t, u)
+	admin := redistest.Dial(t, u)
+	t.Cleanup(func() {
+		// Every subtest releases or deletes what it made: a key left
+		// means a command the driver was told had failed (or not sent)
+		// did run.
+		n, err := admin.Do(context.Background(), "DBSIZE")
+		if assert.NoError(t, err) {
+			assert.Equal(t, int64(0), n, "keys left on the server")
+		}
+	})
+	return &env{t: t, admin: admin, n: newNode(t, f, Server{Addr: addr, Timeout: timeout}), addr: addr, ctx: context.Background()}
+}
+
+// newNode calls f, and closes the node at the end of the test when it is an
+// io.Closer.
+func newNode(t *testing.T, f Factory, s Server) node.Node {
+	t.Helper()
+	n := f(t, s)
+	require.NotNil(t, n, "the factory returned no node")
+	if c, ok := n.(io.Closer); ok {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return n
+}
+
+func hostPort(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	return u.Host
+}
+
+// do runs an admin command.
+func (e *env) do(args ...any) any {
+	e.t.Helper()
+	v, err := e.admin.Do(e.ctx, args...)
+	require.NoError(e.t, err, "%v", args)
+	return v
+}
+
+// get returns the key's value, "" when absent.
+func (e *env) get(key string) string {
+	e.t.Helper()
+	v, _ := e.do("GET", key).([]byte)
+	return string(v)
+}
+
+// pttl returns the key's PTTL as the server sees it.
+func (e *env) pttl(key string) time.Duration {
+	e.t.Helper()
+	v, _ := e.do("PTTL", key).(int64)
+	return time.Duration(v) * time.Millisecond
+}
+
+// result checks a call's outcome.
+func (e *env) result(res node.Result, err error, want node.Status, what string) node.Result {
+	e.t.Helper()
+	require.NoError(e.t, err, what)
+	require.Equal(e.t, want, res.Status, what)
+	return res
+}
+
+func testAcquire(t *testing.T, f Factory) {
+	e := start(t, f)
+	k := node.Key{Name: "lk:acquire", Token: "tok-1"}
+	res := e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second))(node.Done, "acquire of a free key")
+	assert.Equal(t, node.Result{Status: node.Done}, res, "a plain acquire reports no TTL and no fence")
+	assert.Equal(t, "tok-1", e.get(k.Name))
+	assert.InDelta(t, 10*time.Second, e.pttl(k.Name), float64(time.Second), "the key lives the TTL")
+
+	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute))(node.Taken, "acquire of a held key")
+	assert.Greater(t, res.TTL, time.Duration(0), "a refused acquire reports the holder's TTL")
+	assert.LessOrEqual(t, res.TTL, 10*time.Second)
+	assert.Equal(t, "tok-1", e.get(k.Name), "a refused acquire changes nothing")
+
+	// The same command twice, as a client that retries after a lost
+	// reply sends it: Done, and the key lives the TTL again.
+	e.do("PEXPIRE", k.Name, 3000)
+	e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second))(node.Done, "a repeated acquire of one's own key")
+	assert.Greater(t, e.pttl(k.Name), 5*time.Second, "a repeated acquire sets the TTL again")
+
+	e.do("SET", "lk:forever", "someone")
+	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:forever", Token: "tok"}, time.Second))(node.Taken, "acquire of a key without expiry")
+	assert.Zero(t, res.TTL, "a holder without expiry: TTL unknown")
+	e.do("DEL", k.Name, "lk:forever")
+}
+
+// resultOf checks a call's outcome, written e.resultOf(call)(want, what).
+func (e *env) resultOf(res node.Result, err error) func(node.Status, string) node.Result {
+	return func(want node.Status, what string) node.Result {
+		e.t.Helper()
+		return e.result(res, err, want, what)
+	}
+}
+
+func testExtend(t *testing.T, f Factory) {
+	e := start(t, f)
+	k := node.Key{Name: "lk:extend", Token: "tok-1"}
+	e.resultOf(e.n.Acquire(e.ctx, k, 2*time.Second))(node.Done, "acquire")
+	e.resultOf(e.n.Extend(e.ctx, k, 30*time.Second))(node.Done, "extend of one's own key")
+	assert.Greater(t, e.pttl(k.Name), 20*time.Second, "extend lengthens the TTL")
+	e.resultOf(e.n.Extend(e.ctx, k, time.Second))(node.Done, "a shorter extend")
+	assert.Greater(t, e.pttl(k.Name), 20*time.Second, "an extend never shortens the key")
+
+	e.resultOf(e.n.Extend(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Hour))(node.Taken, "extend with another token")
+	assert.Less(t, e.pttl(k.Name), 31*time.Second, "an extend with another token changes nothing")
+	assert.Equal(t, "tok-1", e.get(k.Name))
+
+	e.resultOf(e.n.Extend(e.ctx, node.Key{Name: "lk:none", Token: "tok-1"}, time.Minute))(node.Absent, "extend of an absent key")
+	assert.Equal(t, int64(0), e.do("EXISTS", "lk:none"), "an extend does not create a key")
+	e.do("DEL", k.Name)
+}
+
+func testRelease(t *testing.T, f Factory) {
+	e := start(t, f)
+	k := node.Key{Name: "lk:release", Token: "tok-1"}
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, true))(node.Taken, "release with another token")
+	assert.Equal(t, "tok-1", e.get(k.Name), "a release with another token deletes nothing")
+
+	// The announce flag reaches the script: a subscriber of the release
+	// channel hears an announced release and not a silent one.
+	sub := redistest.Dial(t, "redis://"+e.addr)
+	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(k.Name))
+	require.NoError(t, err)
+	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "a silent release")
+	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire again")
+	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
+	msg := receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg, "an announced release is published")
+	assert.Equal(t, node.ReleaseChannel(k.Name), string(msg[1].([]byte)), "published on the release channel")
+	assert.Nil(t, receive(t, sub, 300*time.Millisecond), "only the announced release was published")
+
+	e.resultOf(e.n.Release(e.ctx, k, true))(node.Absent, "release of an absent key")
+}
+
+// receive returns the next pub/sub message on sub ([message, channel,
+// payload]), or nil if none comes within wait.
+func receive(t *testing.T, sub *redistest.Admin, wait time.Duration) []any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	v, err := sub.Receive(ctx)
+	if err != nil {
+		var ne net.Error
+		require.True(t, errors.As(err, &ne) && ne.Timeout(), "receive: %v", err)
+		return nil
+	}
+	msg, _ := v.([]any)
+	require.Len(t, msg, 3, "a pub/sub message")
+	return msg
+}
+
+func testInspect(t *testing.T, f Factory) {
+	e := start(t, f)
+	in, ok := e.n.(node.Inspector)
+	if !ok {
+		t.Skip("the node is not a node.Inspector")
+	}
+	info, err := in.Inspect(e.ctx, "lk:inspect")
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{}, info, "an absent key")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:inspect", Token: "tok-1"}, time.Minute))(node.Done, "acquire")
+	info, err = in.Inspect(e.ctx, "lk:inspect")
+	require.NoError(t, err)
+	assert.Equal(t, "tok-1", info.Token)
+	assert.InDelta(t, time.Minute, info.TTL, float64(5*time.Second))
+	e.do("SET", "lk:forever", "x")
+	info, err = in.Inspect(e.ctx, "lk:forever")
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{Token: "x", TTL: -time.Millisecond}, info, "a key without expiry")
+	e.do("DEL", "lk:inspect", "lk:forever")
+}
+
+func testBinarySafe(t *testing.T, f Factory) {
+	e := start(t, f)
+	for _, k := range []node.Key{
+		{Name: "lk:with space\r\n*3", Token: "tok\x00en"},
+		{Name: "lk:ключ-\xff\xfe", Token: "токен \"quoted\" 'x'"},
+	} {
+		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, fmt.Sprintf("acquire %q", k.Name))
+		assert.Equal(t, k.Token, e.get(k.Name), "the token is stored byte for byte")
+		e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: k.Token + "x"}, time.Minute))(node.Taken, "another token")
+		e.resultOf(e.n.Extend(e.ctx, k, 2*time.Minute))(node.Done, "extend")
+		e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
+	}
+}
+
+func testConcurrent(t *testing.T, f Factory) {
+	e := start(t, f)
+	const n = 32
+	var wg sync.WaitGroup
+	results := make([]node.Result, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			results[i], errs[i] = e.n.Acquire(ctx, node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", i)}, time.Minute)
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	for i := range n {
+		require.NoError(t, errs[i])
+		if results[i].Status == node.Done {
+			require.Equal(t, -1, winner, "two concurrent acquires were granted")
+			winner = i
+		} else {
+			require.Equal(t, node.Taken, results[i].Status)
+		}
+	}
+	require.NotEqual(t, -1, winner, "one concurrent acquire is granted")
+	assert.Equal(t, fmt.Sprint("tok-", winner), e.get("lk:race"))
+	e.resultOf(e.n.Release(e.ctx, node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", winner)}, false))(node.Done, "release")
+}
+
+func testNoScript(t *testing.T, f Factory) {
+	e := start(t, f)
+	k := node.Key{Name: "lk:noscript", Token: "tok-1"}
+	flush := func() { e.t.Helper(); e.do("SCRIPT", "FLUSH") }
+	flush()
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire after SCRIPT FLUSH")
+	flush()
+	e.resultOf(e.n.Extend(e.ctx, k, time.Minute))(node.Done, "extend after SCRIPT FLUSH")
+	if in, ok := e.n.(node.Inspector); ok {
+		flush()
+		info, err := in.Inspect(e.ctx, k.Name)
+		require.NoError(t, err, "inspect after SCRIPT FLUSH")
+		assert.Equal(t, k.Token, info.Token)
+	}
+	flush()
+	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release after SCRIPT FLUSH")
+	if fe, ok := e.n.(node.Fencer); ok {
+		flush()
+		res := e.resultOf(fe.AcquireFenced(e.ctx, k, time.Minute, time.Hour))(node.Done, "fenced acquire after SCRIPT FLUSH")
+		flush()
+		e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence, time.Hour))(node.Done, "confirm after SCRIPT FLUSH")
+		e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release")
+		e.do("DEL", node.FenceKey(k.Name))
+	}
+}
+
+// calls are every operation of n, for the deadline tests: each returns
+// the call's error.
+func calls(n node.Node) map[string]func(context.Context) error {
+	k := node.Key{Name: "lk:deadline", Token: "tok"}
+	m := map[string]func(context.Context) error{
+		"acquire": func(ctx context.Context) error { _, err := n.Acquire(ctx, k, time.Minute); return err },
+		"extend":  func(ctx context.Context) error { _, err := n.Extend(ctx, k, time.Minute); return err },
+		"release": func(ctx context.Context) error { _, err := n.Release(ctx, k, true); return err },
+	}
+	if in, ok := n.(node.Inspector); ok {
+		m["inspect"] = func(ctx context.Context) error { _, err := in.Inspect(ctx, k.Name); return err }
+	}
+	if fe, ok := n.(node.Fencer); ok {
+		m["acquire fenced"] = func(ctx context.Context) error {
+			_, err := fe.AcquireFenced(ctx, k, time.Minute, time.Hour)
+			return err
+		}
+		m["confirm fence"] = func(ctx context.Context) error { _, err := fe.ConfirmFence(ctx, k, 1, time.Hour); return err }
+	}
+	return m
+}
+
+// blackhole listens on loopback, accepts connections and never answers;
+// it closes them when the test ends.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// bounded runs call with a context of deadline d (none when d is 0) and
+// checks that it fails with ErrTimeout and Unknown by d (or the node's
+// Timeout) plus slack.
+func bounded(t *testing.T, what string, d time.Duration, call func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	limit := timeout
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+		limit = d
+	}
+	start := time.Now()
+	err := call(ctx)
+	took := time.Since(start)
+	require.Error(t, err, what)
+	assert.ErrorIs(t, err, node.ErrTimeout, what)
+	var ne *node.Error
+	assert.ErrorAs(t, err, &ne, "%s: errors are *node.Error", what)
+	assert.LessOrEqual(t, took, limit+slack, "%s took %v with a deadline of %v", what, took, limit)
+}
+
+func testBlackhole(t *testing.T, f Factory) {
+	n := newNode(t, f, Server{Addr: blackhole(t), Timeout: timeout})
+	// A fresh connection each time would be dialled within the call;
+	// the first call dials, later ones may reuse a connection stuck on
+	// a reply that never comes, or dial again.
+	for what, call := range calls(n) {
+		bounded(t, what, 200*time.Millisecond, call)
+		bounded(t, what+" again", 200*time.Millisecond, call)
+	}
+	bounded(t, "acquire without a deadline", 0, calls(n)["acquire"])
+}
+
+// testStalled: a server that stops answering on a connection in use
+// (DEBUG SLEEP) costs the deadline, and the late reply is not taken for
+// a later call's reply.
+func testStalled(t *testing.T, f Factory) {
+	e := start(t, f)
+	k := node.Key{Name: "lk:stalled", Token: "tok-1"}
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, time.Minute))(node.Done, "warm-up")
+	stalled := make(chan error, 1)
+	go func() {
+		_, err := e.admin.Do(context.Background(), "DEBUG", "SLEEP", "0.6")
+		stalled <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the server is asleep
+	bounded(t, "acquire on a stalled server", 150*time.Millisecond, func(ctx context.Context) error {
+		_, err := e.n.Acquire(ctx, k, time.Minute)
+		return err
+	})
+	require.NoError(t, <-stalled)
+	// The acquire applied late; whatever connection the release uses,
+	// its answer must be its own: Done (the late SET), not the SET's OK
+	// read as something else, nor an error.
+	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release after a late acquire")
+	e.resultOf(e.n.Release(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, false))(node.Done, "release warm-up")
+	e.resultOf(e.n.Release(e.ctx, k, false))(node.Absent, "release again")
+}
+
+func testUnreachable(t *testing.T, f Factory) {
+	n := newNode(t, f, Server{Addr: redistest.DeadAddr(t), Timeout: timeout})
+	for what, call := range calls(n) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := call(ctx)
+		cancel()
+		require.ErrorIs(t, err, node.ErrUnreachable, what)
+	}
+}
+
+// testNotRedis: a peer that answers, but not in RESP (an HTTP server on
+// a node's port, by mistake), is ErrProtocol.
+func testNotRedis(t *testing.T, f Factory) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 4096)
+			_, _ = c.Read(buf)
+			_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	n := newNode(t, f, Server{Addr: ln.Addr().String(), Timeout: timeout})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	res, err := n.Acquire(ctx, node.Key{Name: "lk:http", Token: "tok"}, time.Minute)
+	assert.Equal(t, node.Unknown, res.Status)
+	require.ErrorIs(t, err, node.ErrProtocol)
+}
+
+const password = "s3cret-pw-9"
+
+// testAuth: a wrong password and an ACL user without the right to run
+// the scripts are ErrAuth, and no password shows in errors or in what
+// fmt prints of the node; the right credentials work.
+func testAuth(t *testing.T, f Factory) {
+	u := redistest.StartArgs(t, "--requirepass", password)
+	admin := redistest.Dial(t, u)
+	ctx := context.Background()
+	_, err := admin.Do(ctx, "AUTH", password)
+	require.NoError(t, err)
+	_, err = admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">"+password+"-u", "~lk:*", "&lk:*", "+@all")
+	require.NoError(t, err)
+	_, err = admin.Do(ctx, "ACL", "SETUSER", "reader", "on", ">"+password+"-r", "~lk:*", "+get", "+ping", "+hello", "+client", "+auth")
+	require.NoError(t, err)
+	addr := hostPort(t, u)
+	k := node.Key{Name: "lk:auth", Token: "tok"}
+
+	for _, s := range []Server{
+		{Addr: addr, Password: "wrong-" + password},
+		{Addr: addr},
+		{Addr: addr, Username: "locker", Password: "wrong-" + password},
+		{Addr: addr, Username: "reader", Password: password + "-r"}, // NOPERM
+	} {
+		s.Timeout = timeout
+		what := fmt.Sprintf("user %q, password given: %v", s.Username, s.Password != "")
+		n := newNode(t, f, s)
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := n.Acquire(c, k, time.Minute)
+		cancel()
+		require.ErrorIs(t, err, node.ErrAuth, what)
+		var ne *node.Error
+		require.ErrorAs(t, err, &ne, what)
+		noSecret(t, what, err.Error(), n.Addr(), fmt.Sprintf("%v", n), fmt.Sprintf("%+v", n))
+	}
+	for _, s := range []Server{{Addr: addr, Password: password}, {Addr: addr, Username: "locker", Password: password + "-u"}} {
+		s.Timeout = timeout
+		n := newNode(t, f, s)
+		res, err := n.Acquire(ctx, k, time.Minute)
+		require.NoError(t, err, "user %q", s.Username)
+		require.Equal(t, node.Done, res.Status)
+		noSecret(t, "a working node", n.Addr(), fmt.Sprintf("%v", n), fmt.Sprintf("%+v", n))
+		res, err = n.Release(ctx, k, true)
+		require.NoError(t, err)
+		require.Equal(t, node.Done, res.Status)
+	}
+}
+
+func noSecret(t *testing.T, what string, texts ...string) {
+	t.Helper()
+	for _, s := range texts {
+		assert.NotContains(t, s, "s3cret", "%s: a password shows in %q", what, s)
+	}
+}
+
+// testTLS: a server that speaks only TLS works with a configuration that
+// trusts it, and is ErrTLS with one that does not.
+func testTLS(t *testing.T, f Factory) {
+	_, addr, roots := redistest.StartTLS(t)
+	ctx := context.Background()
+	trusted := newNode(t, f, Server{Addr: addr, TLS: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, Timeout: timeout})
+	k := node.Key{Name: "lk:tls", Token: "tok"}
+	c, cancel := context.WithTimeout(ctx, 5*time.Second) // handshakes under -race
+	defer cancel()
+	res, err := trusted.Acquire(c, k, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+	res, err = trusted.Release(c, k, false)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+
+	untrusted := newNode(t, f, Server{Addr: addr, TLS: &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}, Timeout: timeout})
+	_, err = untrusted.Acquire(c, k, time.Minute)
+	require.ErrorIs(t, err, node.ErrTLS)
+}
+
+func testWatch(t *testing.T, f Factory) {
+	e := start(t, f)
+	w, ok := e.n.(node.Watcher)
+	if !ok {
+		t.Skip("the node is not a node.Watcher")
+	}
+	k := node.Key{Name: "lk:watch", Token: "tok"}
+	released := make(chan struct{}, 1)
+	watch := w.Watch(k.Name, released)
+	defer watch.Stop()
+	select {
+	case <-watch.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not become ready")
+	}
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "a silent release")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an announced release was not seen")
+	}
+	select {
+	case <-released:
+		t.Fatal("two wake-ups for one announced release")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// The server drops the subscriber's connection: the watch
+	// subscribes again, and a later release is seen.
+	e.do("CLIENT", "KILL", "TYPE", "pubsub")
+	seen := false
+	for i := 0; i < 100 && !seen; i++ {
+		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+		e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
+		select {
+		case <-released:
+			seen = true
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	require.True(t, seen, "no release seen after the subscriber's connection was killed")
+
+	watch.Stop()
+	watch.Stop() // twice is fine
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
+	select {
+	case <-released:
+		t.Fatal("a release was sent after Stop")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// Watch never blocks on the network: on a blackholed server it
+	// returns at once and never becomes ready.
+	dead := newNode(t, f, Server{Addr: blackhole(t), Timeout: timeout}).(node.Watcher)
+	start := time.Now()
+	dw := dead.Watch(k.Name, released)
+	assert.Less(t, time.Since(start), slack, "Watch blocked")
+	select {
+	case <-dw.Ready():
+		t.Fatal("a watch on a silent server became ready")
+	case <-time.After(300 * time.Millisecond):
+	}
+	dw.Stop()
+}
+
+func testFence(t *testing.T, f Factory) {
+	e := start(t, f)
+	fe, ok := e.n.(node.Fencer)
+	if !ok {
+		t.Skip("the node is not a node.Fencer")
+	}
+	k := node.Key{Name: "lk:fence", Token: "tok-1"}
+	fk := node.FenceKey(k.Name)
+	now := serverMicros(t, e)
+	res := e.resultOf(fe.AcquireFenced(e.ctx, k, time.Minute, time.Hour))(node.Done, "fenced acquire")
+	assert.GreaterOrEqual(t, res.Fence, now, "the counter starts at the server's time in µs")
+	assert.Equal(t, fmt.Sprint(res.Fence), e.get(fk), "the counter holds the fence")
+	assert.InDelta(t, time.Hour, e.pttl(fk), float64(time.Minute), "the counter lives its own TTL")
+	assert.InDelta(t, time.Minute, e.pttl(k.Name), float64(5*time.Second), "the key lives the lock's TTL")
+
+	again := e.resultOf(fe.AcquireFenced(e.ctx, k, time.Minute, time.Hour))(node.Done, "a repeated fenced acquire")
+	assert.Equal(t, res.Fence, again.Fence, "a repeated acquire answers the same fence")
+	taken := e.resultOf(fe.AcquireFenced(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, time.Hour))(node.Taken, "fenced acquire of a held key")
+	assert.Greater(t, taken.TTL, time.Duration(0))
+	assert.Zero(t, taken.Fence)
+
+	e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence+1000, time.Hour))(node.Done, "confirm a higher fence")
+	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm raises the counter")
+	e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence, time.Hour))(node.Done, "confirm a lower fence")
+	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm never lowers the counter")
+	e.resultOf(fe.ConfirmFence(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, res.Fence+5000, time.Hour))(node.Taken, "confirm with another token")
+	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm with another token changes nothing")
+
+	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release")
+	e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence+5000, time.Hour))(node.Absent, "confirm of a released key")
+	next := e.resultOf(fe.AcquireFenced(e.ctx, node.Key{Name: k.Name, Token: "tok-3"}, time.Minute, time.Hour))(node.Done, "the next fenced acquire")
+	assert.Greater(t, next.Fence, res.Fence+1000, "fences grow from one grant to the next")
+	e.resultOf(e.n.Release(e.ctx, node.Key{Name: k.Name, Token: "tok-3"}, false))(node.Done, "release")
+	e.do("DEL", fk)
+}
+
+// serverMicros is the server's TIME in microseconds.
+func serverMicros(t *testing.T, e *env) int64 {
+	t.Helper()
+	v, _ := e.do("TIME").([]any)
+	require.Len(t, v, 2)
+	var s, us int64
+	_, err := fmt.Sscan(string(v[0].([]byte)), &s)
+	require.NoError(t, err)
+	_, err = fmt.Sscan(string(v[1].([]byte)), &us)
+	require.NoError(t, err)
+	return s*1_000_000 + us
+}
+
+func testClose(t *testing.T, f Factory) {
+	e := start(t, f)
+	c, ok := e.n.(io.Closer)
+	if !ok {
+		t.Skip("the node is not an io.Closer")
+	}
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, time.Minute))(node.Done, "acquire")
+	require.NoError(t, c.Close())
+	_, err := e.n.Release(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, false)
+	require.ErrorIs(t, err, node.ErrClosed, "a call after Close")
+	e.do("DEL", "lk:close")
+}
