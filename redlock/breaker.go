@@ -12,8 +12,8 @@ import (
 
 // Breaker configures the circuit breaker a client keeps for each node.
 // After Failures calls in a row fail in a way that can only mean the node
-// is down or cut off (a timeout, a refused or reset connection), the node
-// is skipped: its calls fail at once with node.ErrCircuitOpen, with no
+// is down or cut off (a timeout, a refused or reset connection), over at
+// least Span, the node is skipped: its calls fail at once with node.ErrCircuitOpen, with no
 // goroutine, timer or connection attempt, and count as failures in the
 // quorum, as the calls they replace would have. After a cooldown one
 // probe call is let through; its success closes the breaker, its failure
@@ -29,6 +29,16 @@ type Breaker struct {
 	// Failures is how many calls in a row must fail before the node is
 	// skipped. Default 3; negative disables the breaker.
 	Failures int
+	// Span is how long the run of failures must last, from the first
+	// failed call's end to the last's, before the node is skipped. Calls
+	// that time out together — everything in flight when this process
+	// stalled (GC, a busy two-core host) or the node hiccupped once —
+	// end within moments of each other and so do not open the breaker
+	// on their own; a node that is down keeps failing and does. Default
+	// twice the client's node timeout (100ms for the default 10s TTL),
+	// since one burst of timeouts ends within about one node timeout;
+	// negative: no span, Failures alone decide.
+	Span time.Duration
 	// Cooldown is how long the node is skipped after the breaker opens,
 	// before one probe call. Default 1s.
 	Cooldown time.Duration
@@ -76,6 +86,7 @@ type breaker struct {
 	mu       sync.Mutex // guards everything below; never held across I/O
 	state    BreakerState
 	failures int           // consecutive down-failures while closed
+	first    time.Time     // when the first of them ended
 	cooldown time.Duration // of the current or next open period
 	reopen   time.Time     // open: when a probe may go
 	gen      uint64        // counts state changes; results of older calls are dropped
@@ -136,10 +147,33 @@ func (b *breaker) done(now time.Time, gen uint64, down bool) (t transition) {
 			b.cooldown = min(2*b.cooldown, b.cfg.MaxCooldown)
 			b.open(now)
 		default:
-			if b.failures++; b.failures >= b.cfg.Failures {
+			if b.failures++; b.failures == 1 {
+				b.first = now
+			}
+			if b.failures >= b.cfg.Failures && now.Sub(b.first) >= b.cfg.Span {
 				b.open(now)
 			}
 		}
+	}
+	t.to = b.state
+	return t
+}
+
+// unsent records that a call allow let through was never sent (the
+// node had not answered the lock's previous command): it says nothing of
+// the node, so a run of failures goes on and a success is not implied.
+// An unsent probe hands the probe on: the breaker is open again with its
+// cooldown over, so that the next call probes.
+func (b *breaker) unsent(now time.Time, gen uint64) (t transition) {
+	if b == nil {
+		return t
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t.from = b.state
+	if gen == b.gen && b.state == BreakerHalfOpen {
+		b.reopen = now
+		b.setState(BreakerOpen)
 	}
 	t.to = b.state
 	return t

@@ -22,7 +22,7 @@ func call(b *breaker, now time.Time, down bool) bool {
 }
 
 func TestBreakerOpensAfterThreshold(t *testing.T) {
-	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second})
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: -1})
 	assert.True(t, call(b, t0, true))
 	assert.True(t, call(b, t0, true))
 	assert.True(t, call(b, t0, false), "a success resets the run")
@@ -38,6 +38,25 @@ func TestBreakerOpensAfterThreshold(t *testing.T) {
 	}
 }
 
+// TestBreakerSpan: failures that end together (a stall of this process
+// times out every call in flight at once) do not open the breaker,
+// however many; a run that goes on for Span does.
+func TestBreakerSpan(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: 250 * time.Millisecond})
+	for i := range 100 {
+		require.True(t, call(b, t0.Add(time.Duration(i)*time.Millisecond), true), "a burst of timeouts")
+	}
+	assert.Equal(t, BreakerClosed, b.state, "100 failures within 100ms")
+	assert.True(t, call(b, t0.Add(100*time.Millisecond), false), "the node answers again: the run ends")
+	now := t0.Add(time.Second)
+	for _, at := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond} {
+		require.True(t, call(b, now.Add(at), true))
+	}
+	assert.Equal(t, BreakerClosed, b.state, "three failures over 200ms")
+	require.True(t, call(b, now.Add(260*time.Millisecond), true))
+	assert.Equal(t, BreakerOpen, b.state, "a fourth makes the run span 260ms")
+}
+
 // TestBreakerAnswersNeverTrip: an answered call (taken, absent, refused
 // credentials) is not a failure, however many there are.
 func TestBreakerAnswersNeverTrip(t *testing.T) {
@@ -49,7 +68,7 @@ func TestBreakerAnswersNeverTrip(t *testing.T) {
 }
 
 func TestBreakerProbeAndCooldown(t *testing.T) {
-	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second, MaxCooldown: 3 * time.Second})
+	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second, MaxCooldown: 3 * time.Second, Span: -1})
 	now := t0
 	require.True(t, call(b, now, true)) // opens for 1 s
 	assert.False(t, call(b, now.Add(999*time.Millisecond), false))
@@ -83,7 +102,7 @@ func TestBreakerProbeAndCooldown(t *testing.T) {
 // TestBreakerDropsStaleResults: a call let through before the breaker
 // opened, returning during the half-open probe, decides nothing.
 func TestBreakerDropsStaleResults(t *testing.T) {
-	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second})
+	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second, Span: -1})
 	_, slow, _ := b.allow(t0) // a call that will return late
 	require.True(t, call(b, t0, true))
 	ok, probe, _ := b.allow(t0.Add(time.Second))
@@ -97,7 +116,7 @@ func TestBreakerDropsStaleResults(t *testing.T) {
 // TestBreakerOneProbeUnderConcurrency: of many calls racing when the
 // cooldown ends, exactly one is the probe.
 func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
-	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second})
+	b := newBreaker(Breaker{Failures: 1, Cooldown: time.Second, Span: -1})
 	require.True(t, call(b, t0, true))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -118,8 +137,37 @@ func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
 }
 
 func TestBreakerDisabled(t *testing.T) {
-	assert.Nil(t, newNodeBreakers(Breaker{Failures: -1}, 3))
+	assert.Nil(t, newNodeBreakers(Breaker{Failures: -1}, 3, time.Second))
 	var b *breaker
 	ok, _, _ := b.allow(t0)
 	assert.True(t, ok, "a nil breaker lets everything through")
+}
+
+// TestBreakerUnsentCallsSayNothing: a call that was let through but never
+// sent (the lock's previous command on the node had not returned) neither
+// ends a run of failures nor closes the breaker, and an unsent probe
+// lets the next call probe. Counted as successes, the releases queued
+// behind timed-out acquires reset the run on every cycle, and a
+// blackholed node was never skipped once the run had to span 250ms.
+func TestBreakerUnsentCallsSayNothing(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: 250 * time.Millisecond})
+	for i := range 6 {
+		now := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+		require.True(t, call(b, now, true))
+		if i < 5 {
+			require.Equal(t, BreakerClosed, b.state, "the run spans %v", now.Sub(t0))
+			ok, gen, _ := b.allow(now)
+			require.True(t, ok)
+			b.unsent(now, gen)
+		}
+	}
+	assert.Equal(t, BreakerOpen, b.state, "a failure every 50ms, unsent calls between them: open at 250ms")
+
+	probeAt := b.reopen
+	ok, gen, _ := b.allow(probeAt)
+	require.True(t, ok, "the probe")
+	assert.Equal(t, transition{BreakerHalfOpen, BreakerOpen}, b.unsent(probeAt, gen), "an unsent probe")
+	ok, gen, _ = b.allow(probeAt)
+	require.True(t, ok, "the next call probes at once")
+	assert.Equal(t, transition{BreakerHalfOpen, BreakerClosed}, b.done(probeAt, gen, false))
 }

@@ -16,6 +16,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -97,9 +98,16 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		}
 		eps[i] = ep
 	}
+	// A node's own Timeout (default 1s) caps every call on it, so a node
+	// timeout above it must raise it, or WithNodeTimeout(3*time.Second)
+	// would quietly mean one second.
+	nopts := cfg.nodeOptions
+	if own := cmp.Or(nopts.Timeout, time.Second); cfg.timeout() > own {
+		nopts.Timeout = cfg.timeout()
+	}
 	nodes := make([]node.Node, len(eps))
 	for i, ep := range eps {
-		nodes[i] = node.New(ep, cfg.nodeOptions)
+		nodes[i] = node.New(ep, nopts)
 	}
 	c, err := newClient(nodes, cfg, true)
 	if err != nil {
@@ -123,6 +131,9 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 			return nil, fmt.Errorf("%w: node[%d] is nil", ErrInvalid, i)
 		}
 		addr := strings.ToLower(nd.Addr())
+		if addr == "" {
+			return nil, fmt.Errorf("%w: node[%d] has no address", ErrInvalid, i)
+		}
 		if j, dup := seen[addr]; dup {
 			return nil, fmt.Errorf("%w: node[%d] and node[%d] are both %s; Redlock needs independent masters", ErrInvalid, j, i, nd.Addr())
 		}
@@ -140,7 +151,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		q = cfg.quorum
 	}
 	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
-		breakers: newNodeBreakers(cfg.breaker, n), noFence: noFence}
+		breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)
 	}

@@ -103,10 +103,13 @@ func WithHooks(h Hooks) Option { return func(c *config) { c.hooks = h } }
 func WithBreaker(b Breaker) Option { return func(c *config) { c.breaker = b } }
 
 // newNodeBreakers returns one breaker per node, or nil when cfg turns
-// them off.
-func newNodeBreakers(cfg Breaker, n int) []*breaker {
+// them off. nodeTimeout sets the default Span.
+func newNodeBreakers(cfg Breaker, n int, nodeTimeout time.Duration) []*breaker {
 	if cfg.Failures < 0 {
 		return nil
+	}
+	if cfg.Span == 0 {
+		cfg.Span = 2 * nodeTimeout
 	}
 	bs := make([]*breaker, n)
 	for i := range bs {
@@ -128,6 +131,10 @@ func (c *Client) allow(i int) (bool, uint64) {
 // record tells node i's breaker how a call it let through ended.
 func (c *Client) record(i int, gen uint64, err error) {
 	if c.breakers == nil {
+		return
+	}
+	if errors.Is(err, errPrevPending) {
+		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
 		return
 	}
 	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err)))

@@ -77,7 +77,9 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // default 10s TTL; the Redlock description suggests 5–50ms for 10s). A
 // node slower than this counts as failed for that call. 0 picks the
 // default (so a config value left unset can be passed as is); otherwise
-// it must be > 0 and below the TTL.
+// it must be > 0 and below the TTL. Nodes made by Dial apply it also
+// when it is above their own node.Options.Timeout; nodes given to New
+// bound each call by the sooner of it and their own timeout.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithRetry sets the strategy Lock uses between attempts. Default

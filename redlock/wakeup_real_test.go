@@ -163,3 +163,30 @@ func TestRealWithoutPubSubRights(t *testing.T) {
 		t.Fatal("the waiter never got the lock")
 	}
 }
+
+// TestNodeTimeoutAboveOneSecond: WithNodeTimeout above the nodes' own
+// default Timeout (1s) is the timeout the nodes apply. Two of three
+// nodes answer 1.3s late (DEBUG SLEEP); with a 3s node timeout the lock
+// is granted. Capped at 1s, as it was, those two timed out and the
+// attempt failed.
+func TestNodeTimeoutAboveOneSecond(t *testing.T) {
+	urls, admins := realNodes(t)
+	c, err := redlock.Dial(urls, redlock.WithTTL(30*time.Second), redlock.WithNodeTimeout(3*time.Second))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+	warm, err := c.TryLock(ctx, "warm") // connections and scripts in place
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	slept := make(chan error, 2)
+	for _, a := range admins[:2] {
+		go func() { _, err := a.Do(ctx, "DEBUG", "SLEEP", "1.3"); slept <- err }()
+	}
+	time.Sleep(100 * time.Millisecond) // both asleep
+	l, err := c.TryLock(ctx, "slow")
+	require.NoError(t, err, "granted by nodes that answered within the 3s node timeout")
+	require.NoError(t, <-slept)
+	require.NoError(t, <-slept)
+	require.NoError(t, l.Unlock(ctx))
+}

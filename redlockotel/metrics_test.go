@@ -65,7 +65,7 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	hooks, err := redlockotel.Hooks(provider.Meter("redlock-test"))
 	require.NoError(t, err)
 	c, err := redlock.Dial(append(live, "redis://"+dead), redlock.WithHooks(hooks),
-		redlock.WithBreaker(redlock.Breaker{Failures: 3, Cooldown: time.Hour}))
+		redlock.WithBreaker(redlock.Breaker{Failures: 3, Cooldown: time.Hour, Span: -1})) // three calls open it
 	require.NoError(t, err)
 	defer c.Close()
 	ctx := context.Background()
@@ -93,8 +93,13 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	assert.Equal(t, 11.0, sum(rm, "redlock.hold"))
 	liveAddr := live[0][len("redis://"):]
 	assert.GreaterOrEqual(t, sum(rm, "redlock.node.call", attribute.String("node", liveAddr), attribute.String("op", "acquire")), 12.0)
-	assert.Equal(t, 3.0, sum(rm, "redlock.node.errors", attribute.String("node", dead), attribute.String("kind", "unreachable")),
-		"three failures (acquire, extend, release) open the breaker")
-	assert.Positive(t, sum(rm, "redlock.node.errors", attribute.String("node", dead), attribute.String("kind", "circuit_open")))
+	// Three failures open the breaker. Calls the breaker let through before
+	// the third one had failed reach the dead node too: a lock's commands
+	// return at a majority, so the next one can start while the dead node's
+	// call is still out. After that every call is skipped.
+	unreachable, skipped := sum(rm, "redlock.node.errors", attribute.String("node", dead), attribute.String("kind", "unreachable")),
+		sum(rm, "redlock.node.errors", attribute.String("node", dead), attribute.String("kind", "circuit_open"))
+	assert.GreaterOrEqual(t, unreachable, 3.0)
+	assert.Greater(t, skipped, unreachable, "most calls to the dead node are skipped")
 	assert.Equal(t, 1.0, sum(rm, "redlock.breaker.changes", attribute.String("node", dead), attribute.String("state", "open")))
 }

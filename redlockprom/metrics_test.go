@@ -62,7 +62,7 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	c, err := redlock.Dial(append(live, "redis://"+dead), redlock.WithHooks(m.Hooks()),
-		redlock.WithBreaker(redlock.Breaker{Failures: 3, Cooldown: time.Hour}))
+		redlock.WithBreaker(redlock.Breaker{Failures: 3, Cooldown: time.Hour, Span: -1})) // three calls open it
 	require.NoError(t, err)
 	defer c.Close()
 	ctx := context.Background()
@@ -88,9 +88,14 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	assert.Equal(t, 11.0, value(t, reg, "redlock_hold_seconds", nil))
 	liveAddr := live[0][len("redis://"):]
 	assert.GreaterOrEqual(t, value(t, reg, "redlock_node_call_seconds", map[string]string{"node": liveAddr, "op": "acquire"}), 12.0)
-	assert.Equal(t, 3.0, value(t, reg, "redlock_node_errors_total", map[string]string{"node": dead, "kind": "unreachable"}),
-		"three failures (acquire, extend, release) open the breaker")
-	assert.Positive(t, value(t, reg, "redlock_node_errors_total", map[string]string{"node": dead, "kind": "circuit_open"}))
+	// Three failures open the breaker. Calls the breaker let through before
+	// the third one had failed reach the dead node too: a lock's commands
+	// return at a majority, so the next one can start while the dead node's
+	// call is still out. After that every call is skipped.
+	unreachable, skipped := value(t, reg, "redlock_node_errors_total", map[string]string{"node": dead, "kind": "unreachable"}),
+		value(t, reg, "redlock_node_errors_total", map[string]string{"node": dead, "kind": "circuit_open"})
+	assert.GreaterOrEqual(t, unreachable, 3.0)
+	assert.Greater(t, skipped, unreachable, "most calls to the dead node are skipped")
 	assert.Equal(t, 1.0, value(t, reg, "redlock_breaker_state", map[string]string{"node": dead}), "open")
 	assert.Equal(t, -1.0, value(t, reg, "redlock_breaker_state", map[string]string{"node": liveAddr}), "never changed")
 }
