@@ -37,8 +37,8 @@ deps:
 # runs Redis clusters of its own is in the integration module.
 UNIT_PKGS = ./clock/... ./node/... ./internal/... ./redlock/... ./cmd/...
 INTEGRATION_DIR = integration
-# Adapter modules: metrics for Prometheus and OpenTelemetry.
-ADAPTERS = redlockprom redlockotel
+# Adapter modules: metrics for Prometheus and OpenTelemetry, the go-redis node.
+ADAPTERS = redlockprom redlockotel goredis
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
