@@ -6,6 +6,9 @@ go 1.26.8
 // next to it, not a published version.
 replace github.com/quorumlock/redlock => ../
 
+// The go-redis node, for REDLOCK_DRIVER=goredis (driver_test.go).
+replace github.com/quorumlock/redlock/goredis => ../goredis
+
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/containerd/errdefs v1.0.0
@@ -13,7 +16,9 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/moby/moby/client v0.6.2
 	github.com/prometheus/client_golang v1.13.0
-	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock v0.0.0
+	github.com/quorumlock/redlock/goredis v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.28.0
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
@@ -74,6 +79,7 @@ require (
 	go.opentelemetry.io/otel v1.44.0 // indirect
 	go.opentelemetry.io/otel/metric v1.44.0 // indirect
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

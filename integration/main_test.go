@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shared = c
-	fmt.Fprintf(os.Stderr, "integration: %s backend, nodes %v\n", c.Backend.Name(), c.URLs())
+	fmt.Fprintf(os.Stderr, "integration: %s backend, %s driver, nodes %v\n", c.Backend.Name(), driver(), c.URLs())
 	code := m.Run()
 	if code == 0 {
 		if left := leftovers(context.Background(), c, "*"); left != "" {
@@ -101,10 +101,11 @@ func prefix(t *testing.T, wait time.Duration) string {
 	return p
 }
 
-// client dials the shared cluster with opts and closes it at cleanup.
+// client dials the shared cluster with opts, by the driver REDLOCK_DRIVER
+// names, and closes it at cleanup.
 func client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.Dial(shared.URLs(), opts...)
+	c, err := dial(t, shared.URLs(), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c

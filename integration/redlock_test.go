@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,6 +84,13 @@ func TestBlackholedNodeCostsAtMostTheNodeTimeout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, l.TTL(), ttl-time.Second, "acquire did not wait for the blackholed node")
 	require.NoError(t, l.Unlock(context.Background()))
+	// Unlock returns at a majority: let the other releases land before
+	// nodes 2 and 3 go dark, or one of them loses its release and keeps
+	// the key for the TTL.
+	require.Eventually(t, func() bool {
+		keys, err := shared.Keys(context.Background(), p+"k")
+		return err == nil && len(slices.Concat(keys...)) == 0
+	}, 5*time.Second, 10*time.Millisecond, "released on every reachable node")
 
 	// Three blackholed: every call to them ends at the node timeout with
 	// node.ErrTimeout — not at a socket timeout of seconds.

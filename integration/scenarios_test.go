@@ -206,11 +206,11 @@ func scPrivate(t *testing.T, persist bool) *cluster.Cluster {
 	return c
 }
 
-// scDial dials a client on c, closed at cleanup (before c is closed, when
-// c was made first).
+// scDial dials a client on c by the driver REDLOCK_DRIVER names, closed
+// at cleanup (before c is closed, when c was made first).
 func scDial(t *testing.T, c *cluster.Cluster, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	cl, err := redlock.Dial(c.URLs(), opts...)
+	cl, err := dial(t, c.URLs(), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cl.Close()) })
 	return cl
@@ -693,7 +693,12 @@ func TestScenario7ManyKeysNodeKilled(t *testing.T) {
 	var grants atomic.Int64
 	postDone := make([]int, goroutines) // each written by its goroutine only
 	cycle := func(g int, c *redlock.Client, key string) bool {
-		ctx, cancel := context.WithTimeout(abortCtx, 5*time.Second)
+		// Ten seconds, five TTLs: while docker kills the victim on two
+		// cores, live nodes can miss the 250ms timeout for seconds; an
+		// attempt that then fails leaves keys its rollback could not
+		// reach, and the next attempts find them "taken" until they
+		// expire. With 5s this failed about one CI run in three.
+		ctx, cancel := context.WithTimeout(abortCtx, 10*time.Second)
 		l, err := c.Lock(ctx, key)
 		cancel()
 		if err != nil {

@@ -2,16 +2,8 @@ package integration_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -21,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock/integration/cluster"
+	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
 )
@@ -43,7 +36,7 @@ var lockACL = []string{"on", "resetkeys", "~lk:*", "resetchannels", "&lk:*", "-@
 func TestTLSAndACL(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	roots := writeSelfSigned(t, dir)
+	roots := redistest.WriteCert(t, dir)
 	tlsPorts := make([]int, 3)
 	for i := range tlsPorts {
 		tlsPorts[i] = freeLoopbackPort(t)
@@ -170,34 +163,6 @@ func TestTLSAndACL(t *testing.T) {
 
 // writeSelfSigned writes cert.pem and key.pem for 127.0.0.1 into dir and
 // returns a pool that trusts the certificate.
-func writeSelfSigned(t *testing.T, dir string) *x509.CertPool {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "redlock test node"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	kder, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return pool
-}
-
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
