@@ -165,12 +165,12 @@ func renderBefore(b *strings.Builder, p params, rs []*scenarioRes, ds []*directR
 	floorRow("one node blackholed: the floor D", "blackhole")
 	ratioRow(fmt.Sprintf("one node +%v: A ÷ floor", p.latency), "latency", 0)
 	floorRow(fmt.Sprintf("one node +%v: the floor D", p.latency), "latency")
-	if len(ds) == 4 {
+	if len(ds) > floorIdx {
 		w("| direct pass: A allocations per cycle | %s | %.1f | (same pass) |\n", fmtNum(bf.allocs[0]), median(ds[0].allocs))
 		w("| direct pass: A bytes per cycle | %s | %.0f | |\n", fmtNum(bf.bytes[0]), median(ds[0].bytes))
 		w("| direct pass: A CPU per cycle | %s | %.0fµs | |\n", orDash(bf.cpu[0]), median(ds[0].cpu))
 		w("| direct pass: A ÷ floor | %s | %s | |\n", ratioOf(bf.ratio, "healthy-serial, direct (no proxies)", 0), ratioCell(ds[0].ratios))
-		w("| direct pass: the floor D (allocs, CPU, cycle p50) | %s, %s, %s | %.1f, %.0fµs, %s | |\n", fmtNum(bf.allocs[3]), orDash(bf.cpu[3]), orDash(bf.p50[3]), median(ds[3].allocs), median(ds[3].cpu), fmtDur(ds[3].cycle.q(0.5)))
+		w("| direct pass: the floor D (allocs, CPU, cycle p50) | %s, %s, %s | %.1f, %.0fµs, %s | |\n", fmtNum(bf.allocs[3]), orDash(bf.cpu[3]), orDash(bf.p50[3]), median(ds[floorIdx].allocs), median(ds[floorIdx].cpu), fmtDur(ds[floorIdx].cycle.q(0.5)))
 	}
 	w("\n")
 }

@@ -15,7 +15,10 @@ import (
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	rsredigo "github.com/go-redsync/redsync/v4/redis/redigo"
 	"github.com/gomodule/redigo/redis"
+	goredislib "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/quorumlock/redlock/goredis"
 	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
 )
@@ -31,7 +34,7 @@ type worker interface {
 
 // contender is one lock client under test.
 type contender struct {
-	id        string // A, B, C, D
+	id        string // A, B, C, D, E
 	name      string
 	newWorker func() worker
 	close     func() error
@@ -44,6 +47,11 @@ type setup struct {
 	sockTimeout time.Duration // redigo dial/read/write timeout (node.Options.Timeout default)
 	rawTimeout  time.Duration // per-call deadline of the raw floor (= our default node timeout)
 	checkIdle   time.Duration // A's node.Options.CheckIdle; 0 = the library's default (1s)
+	// goredisCtxTimeout turns E's ContextTimeoutEnabled on: go-redis then
+	// bounds reads and writes by each call's deadline (and drops the
+	// connection of a reply that missed it) instead of the nodes bounding
+	// calls from goroutines of their own.
+	goredisCtxTimeout bool
 	// stats, when set, gives A counting hooks (redlock.WithHooks): node
 	// calls by node and outcome, breaker changes. Nil in the direct pass,
 	// which measures the library as configured by default.
@@ -146,6 +154,73 @@ func newOurs(urls []string, s setup) (*contender, error) {
 		id: "A", name: "quorumlock/redlock",
 		newWorker: func() worker { return &ourWorker{c: c} },
 		close:     c.Close,
+	}, nil
+}
+
+// --- E: this library over go-redis nodes ----------------------------------
+
+// newOursGoredis is A with goredis nodes over go-redis clients in place of
+// the library's redigo nodes, set up like A's as far as go-redis allows:
+// the same pool size and socket timeouts, the node timeout bounding calls
+// without a deadline, every command sent once (redigo retries nothing:
+// MaxRetries -1) and every dial tried once, no round trip on a new
+// connection beyond HELLO (DisableIdentity, maintenance notifications
+// off). ContextTimeoutEnabled stays off (go-redis' default, unless
+// -goredis-ctx-timeout): the nodes bound each call from a goroutine and
+// go-redis reads a late reply in the background and keeps the connection,
+// as A's nodes do; with it, go-redis closes the connection of every reply
+// that misses its deadline. go-redis has no CheckIdle: it checks an idle
+// connection by a non-blocking read of its socket instead of a PING. With
+// stats set, E gets counting hooks of its own, so that it pays what A
+// pays for them.
+func newOursGoredis(urls []string, s setup) (*contender, error) {
+	clients := make([]goredislib.UniversalClient, len(urls))
+	closeClients := func() error {
+		var errs []error
+		for _, c := range clients {
+			if c != nil {
+				errs = append(errs, c.Close())
+			}
+		}
+		return errors.Join(errs...)
+	}
+	nodes := make([]node.Node, len(urls))
+	for i, u := range urls {
+		c := goredislib.NewClient(&goredislib.Options{
+			Addr:                  hostPort(u),
+			PoolSize:              s.pool,
+			MaxIdleConns:          s.pool,
+			ConnMaxIdleTime:       5 * time.Minute,
+			DialTimeout:           s.sockTimeout,
+			ReadTimeout:           s.sockTimeout,
+			WriteTimeout:          s.sockTimeout,
+			ContextTimeoutEnabled: s.goredisCtxTimeout,
+			MaxRetries:            -1,
+			DialerRetries:         1,
+			DisableIdentity:       true,
+			MaintNotificationsConfig: &maintnotifications.Config{
+				Mode: maintnotifications.ModeDisabled,
+			},
+		})
+		clients[i] = c
+		nodes[i] = goredis.NewWithOptions(c, goredis.Options{Timeout: s.sockTimeout})
+	}
+	opts := []redlock.Option{redlock.WithTTL(s.ttl)}
+	if s.stats != nil {
+		opts = append(opts, redlock.WithHooks(new(ourStats).hooks()))
+	}
+	c, err := redlock.New(nodes, opts...)
+	if err != nil {
+		_ = closeClients()
+		return nil, err
+	}
+	return &contender{
+		id: "E", name: "quorumlock/redlock over go-redis",
+		newWorker: func() worker { return &ourWorker{c: c} },
+		close: func() error {
+			err := c.Close() // first: it waits for the calls still running
+			return errors.Join(err, closeClients())
+		},
 	}, nil
 }
 

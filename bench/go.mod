@@ -2,18 +2,21 @@ module github.com/quorumlock/redlock/bench
 
 go 1.26.8
 
-// The library and its integration module (the cluster harness, the
-// checker, skew), from this repository.
+// The library, its go-redis node (contender E) and its integration module
+// (the cluster harness, the checker, skew), from this repository.
 replace (
 	github.com/quorumlock/redlock => ../
+	github.com/quorumlock/redlock/goredis => ../goredis
 	github.com/quorumlock/redlock/integration => ../integration
 )
 
 require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
-	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock v0.0.0
+	github.com/quorumlock/redlock/goredis v0.0.0-00010101000000-000000000000
 	github.com/quorumlock/redlock/integration v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -85,6 +88,7 @@ require (
 	go.opentelemetry.io/otel v1.44.0 // indirect
 	go.opentelemetry.io/otel/metric v1.44.0 // indirect
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/image v0.30.0 // indirect

@@ -1,5 +1,6 @@
-// Command bench measures this Redlock client side by side with go-redsync
-// (default and fail-fast) and a raw redigo floor, on five local
+// Command bench measures this Redlock client (over its redigo nodes, and
+// over goredis nodes) side by side with go-redsync (default and
+// fail-fast) and a raw redigo floor, on five local
 // redis-server processes, in two set-ups: every node behind an in-process
 // toxiproxy, and only the faulty node behind one (the other four reached
 // directly), so that the proxies do not compress the ratios.
@@ -133,7 +134,7 @@ type result struct {
 type scenarioRes struct {
 	topo    *topology
 	sc      scenario
-	res     []*result // by contender, A B C D
+	res     []*result // by contender, as contenderIDs
 	elapsed time.Duration
 }
 
@@ -192,6 +193,7 @@ func main() {
 		pool    = flag.Int("pool", 64, "MaxIdle = MaxActive per node, for every contender")
 		sockT   = flag.Duration("socket-timeout", time.Second, "redigo dial/read/write timeout for every pool (node.Options.Timeout default)")
 		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle (0: the library's default, 1s; negative: off); for diagnosis")
+		grCtx   = flag.Bool("goredis-ctx-timeout", false, "E's go-redis clients with ContextTimeoutEnabled (go-redis bounds reads and writes and drops late connections; default: the nodes bound calls from goroutines); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
 		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 15m, quick 6m)")
@@ -207,7 +209,7 @@ func main() {
 		directRounds: 10, directCycles: 1000,
 		parallel: 32, contenders: 8, hold: time.Millisecond, latency: 30 * time.Millisecond,
 		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir, before: *before,
-		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle},
+		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle, goredisCtxTimeout: *grCtx},
 	}
 	watchdog := 15 * time.Minute
 	if p.quick {
@@ -376,7 +378,13 @@ func run(p params, out string, watchdog time.Duration) int {
 	return 0
 }
 
-var contenderIDs = []string{"A", "B", "C", "D"}
+// contenderIDs are the contenders, in the order of every result slice
+// (res, per, ds ...): A first; the floor, D, at floorIdx.
+var contenderIDs = []string{"A", "B", "C", "D", "E"}
+
+// floorIdx is the raw floor's (D's) index in contenderIDs and in every
+// result slice: the contender every ratio is relative to.
+var floorIdx = slices.Index(contenderIDs, "D")
 
 // makeContender returns a fresh instance of contender id (own pools, no
 // connection yet).
@@ -388,9 +396,12 @@ func makeContender(id string, urls []string, s setup) (*contender, error) {
 		return newRedsync(urls, s, false), nil
 	case "C":
 		return newRedsync(urls, s, true), nil
-	default:
+	case "D":
 		return newRaw(urls, s)
+	case "E":
+		return newOursGoredis(urls, s)
 	}
+	return nil, fmt.Errorf("no contender %q", id)
 }
 
 func makeContenders(urls []string, s setup) ([]*contender, error) {
@@ -682,7 +693,7 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 	for k := range calls0 {
 		calls0[k] = b.cur.stats.node(k)
 	}
-	// Interleaved rounds, rotating the order: A B C D, B C D A, ...
+	// Interleaved rounds, rotating the order: A B C D E, B C D E A, ...
 	for r := 0; r < b.p.rounds && b.ctx.Err() == nil; r++ {
 		per := make([]roundRes, n)
 		for j := 0; j < n; j++ {
@@ -710,7 +721,7 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 			res[i].violations += viol
 			isolate(i, states[i])
 		}
-		floor := per[n-1]
+		floor := per[floorIdx]
 		for i := range res {
 			res[i].rounds = append(res[i].rounds, per[i])
 			res[i].gorEnd = append(res[i].gorEnd, per[i].gorEnd)
@@ -725,8 +736,14 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 				}
 			}
 		}
-		b.log("scenario %s: round %d/%d: cycles A=%d B=%d C=%d D=%d; goroutines at end %+d %+d %+d %+d; leaked so far %d %d %d %d", sc.id, r+1, b.p.rounds, per[0].cycles, per[1].cycles, per[2].cycles, per[3].cycles,
-			per[0].gorEnd, per[1].gorEnd, per[2].gorEnd, per[3].gorEnd, res[0].leaked, res[1].leaked, res[2].leaked, res[3].leaked)
+		var cyc, gor, leak []string
+		for i, id := range contenderIDs {
+			cyc = append(cyc, fmt.Sprintf("%s=%d", id, per[i].cycles))
+			gor = append(gor, fmt.Sprintf("%+d", per[i].gorEnd))
+			leak = append(leak, strconv.Itoa(res[i].leaked))
+		}
+		b.log("scenario %s: round %d/%d: cycles %s; goroutines at end %s; leaked so far %s", sc.id, r+1, b.p.rounds,
+			strings.Join(cyc, " "), strings.Join(gor, " "), strings.Join(leak, " "))
 	}
 	for k := range calls0 {
 		res[0].calls = append(res[0].calls, b.cur.stats.node(k).sub(calls0[k]))
@@ -991,7 +1008,7 @@ func (b *bench) directPass(urls []string) ([]*directRes, error) {
 			out[i].elapsed += el[i]
 		}
 		for i := range out {
-			out[i].ratios = append(out[i].ratios, el[i].Seconds()/el[n-1].Seconds())
+			out[i].ratios = append(out[i].ratios, el[i].Seconds()/el[floorIdx].Seconds())
 		}
 	}
 	// Where A's allocations come from: every allocation of a batch of

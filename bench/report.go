@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -83,6 +84,7 @@ func depVersions() string {
 		"github.com/go-redsync/redsync/v4": true,
 		"github.com/gomodule/redigo":       true,
 		"github.com/Shopify/toxiproxy/v2":  true,
+		"github.com/redis/go-redis/v9":     true,
 	}
 	var parts []string
 	for _, d := range bi.Deps {
@@ -243,10 +245,10 @@ func cpuCell(xs []float64) string {
 // floorFigures is the floor's (D's) absolute speed in one scenario: what
 // every ratio of that scenario is relative to.
 func floorFigures(s *scenarioRes) string {
-	if s == nil || len(s.res) < 4 {
+	if s == nil || len(s.res) <= floorIdx {
 		return "–"
 	}
-	d := s.res[3]
+	d := s.res[floorIdx]
 	n, el := totals(d)
 	return fmt.Sprintf("%.0f cycles/s, cycle p50 %s", rate(n, el), fmtDur(d.cycle.q(0.5)))
 }
@@ -272,7 +274,7 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 		}
 	}
 
-	w("# Redlock lock+unlock benchmark: quorumlock/redlock vs go-redsync vs a raw floor\n\n")
+	w("# Redlock lock+unlock benchmark: quorumlock/redlock (redigo and go-redis nodes) vs go-redsync vs a raw floor\n\n")
 	w("Generated %s, %s run, took %s (the whole `go run`, cluster start to report, build excluded).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), mode, total.Round(time.Second))
 	w("## Machine\n\n")
 	w("- CPU: %s, %d logical cores (GOMAXPROCS %d)\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
@@ -284,7 +286,7 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 	w("## Command\n\n")
 	w("```\nmake bench    # make deps, then: cd bench && go run . -out ../docs/BENCHMARKS.md\n```\n\n")
 	w("This report: `cd bench && go run . %s`. ", args)
-	w("%d interleaved rounds per scenario, %v per contender per round (order rotates: A B C D, B C D A, …), after a %v warm-up per contender. ", p.rounds, p.roundDur, p.warmup)
+	w("%d interleaved rounds per scenario, %v per contender per round (order rotates: %s, %s, …), after a %v warm-up per contender. ", p.rounds, p.roundDur, strings.Join(contenderIDs, " "), strings.Join(append(contenderIDs[1:len(contenderIDs):len(contenderIDs)], contenderIDs[0]), " "), p.warmup)
 	w("Goroutine passes: each contender alone for %v (%v when blackholed). ", p.tail, p.tailBH)
 	w("Direct (no proxy) pass: %d rotating rounds × %d serial cycles per contender.\n\n", p.directRounds, p.directCycles)
 
@@ -294,11 +296,12 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 	w("2. **mixed** — only the faulty node, node %d, behind its toxiproxy; nodes 1–%d reached directly. The quorum comes from the direct nodes, so the proxies no longer sit in every cycle, and differences between clients are no longer diluted by proxy work. Healthy serial, +%v and blackholed only.\n", fault, p.faultNode, p.latency)
 	w("3. **direct pass** — no proxy at all, healthy, serial, a fixed number of cycles per round: allocations and CPU per cycle of the clients alone.\n\n")
 	w("Contenders, all with TTL %v, pool MaxIdle = MaxActive = %d per node, `Wait: true`, redigo dial/read/write timeout %v (the library's `node.Options.Timeout` default) for every pool:\n\n", p.setup.ttl, p.setup.pool, p.setup.sockTimeout)
-	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures in a row open it, cooldown 1 s doubling to 30 s), `CheckIdle` 1 s (a pooled connection idle for a second is PINGed before use; each contender idles ~1.2 s between its rounds). In the two set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; the direct pass runs without hooks.\n", nt, p.latency, fault)
+	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures in a row over twice the node timeout open it, cooldown 1 s doubling to 30 s), `CheckIdle` 1 s (a pooled connection idle for a second is checked by a non-blocking look at its socket, no round trip; each contender idles ~1.2 s between its rounds). In the two set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; the direct pass runs without hooks.\n", nt, p.latency, fault)
 	w("- **B** go-redsync v4, redigo driver, default options except `WithExpiry(10s)`: `NewMutex(key).LockContext` + `UnlockContext`. It waits for every node; its per-attempt context (expiry × 0.05 = 500 ms) bounds only getting a pooled connection, the command is bounded by the socket read timeout (%v).\n", p.setup.sockTimeout)
 	w("- **C** as B plus `WithFailFast(true)` (returns at quorum).\n")
-	w("- **D** raw floor: plain redigo, `SET NX PX` to all 5 in parallel returning at majority, compare-and-delete by `EVALSHA` in parallel returning at majority, one %v deadline per fan-out, `DoWithTimeout` per call; validity check, roll-back and the same retry schedule as A; no late clean-up, no breaker.\n\n", p.setup.rawTimeout)
-	w("Scenarios: distinct key per cycle (pre-built key rings, so the harness allocates nothing per cycle), each contender's normal retrying Lock. Faults on node %d: +%v = toxiproxy `latency` downstream (every reply, PING included, comes %v late); blackholed = toxiproxy `timeout` 0 upstream (accepts, never answers). %d goroutine(s) in the fault scenarios. Every scenario makes fresh client instances after its fault is in place; blackholed, each contender also gets a fresh instance after every warm-up, round and goroutine pass (node still blackholed), so no contender's backlog burdens the next one's round — which also means A's breakers start closed in every blackholed round and must open again (3 timed-out calls, one node timeout).\n\n", fault, p.latency, p.latency, p.faultWorkers)
+	w("- **D** raw floor: plain redigo, `SET NX PX` to all 5 in parallel returning at majority, compare-and-delete by `EVALSHA` in parallel returning at majority, one %v deadline per fan-out, `DoWithTimeout` per call; validity check, roll-back and the same retry schedule as A; no late clean-up, no breaker.\n", p.setup.rawTimeout)
+	w("- **E** quorumlock/redlock over go-redis: the same client as A (`redlock.New(nodes, WithTTL(10s))`, same node timeout, breaker, retry; counting hooks of its own where A has them, so that it pays what A pays), its nodes `goredis.NewWithOptions(client, Options{Timeout: %v})` over one go-redis v9 `*redis.Client` per node: `PoolSize` = `MaxIdleConns` = %d, dial/read/write timeout %v, `MaxRetries -1` and `DialerRetries 1` (each command sent once and each dial tried once, as redigo does), `DisableIdentity` and maintenance notifications off (HELLO is a new connection's only round trip), RESP3 (go-redis' default), %s. go-redis has no `CheckIdle` (it checks an idle connection by a non-blocking read of its socket, not a PING).\n\n", p.setup.sockTimeout, p.setup.pool, p.setup.sockTimeout, goredisMode(p.setup))
+	w("Scenarios: distinct key per cycle (pre-built key rings, so the harness allocates nothing per cycle), each contender's normal retrying Lock. Faults on node %d: +%v = toxiproxy `latency` downstream (every reply, PING included, comes %v late); blackholed = toxiproxy `timeout` 0 upstream (accepts, never answers). %d goroutine(s) in the fault scenarios. Every scenario makes fresh client instances after its fault is in place; blackholed, each contender also gets a fresh instance after every warm-up, round and goroutine pass (node still blackholed), so no contender's backlog burdens the next one's round — which also means A's breakers start closed in every blackholed round and must open again (3 timed-out calls over twice the node timeout).\n\n", fault, p.latency, p.latency, p.faultWorkers)
 	w("Per round and contender: **ratio** = (time per cycle) ÷ (the floor's time per cycle in the same round); **CPU ratio** = (process CPU per cycle, getrusage user+sys) ÷ (the floor's, same round) — process-wide, so it includes the in-process proxies (all five in *proxied*, node %d's in *mixed*); **goroutines at round end** = client (non-proxy) goroutines right after the round's last cycle returned minus right before the round began (after waiting up to 500 ms for the count to settle). Tables give the median over rounds and [min–max].\n\n", fault)
 
 	// Targets.
@@ -463,10 +466,13 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 			w("| %s | %d | %d | %d | %d | %d / %d |\n", d.name, d.cycles, d.calls.ok, d.calls.timeout, d.calls.skipped, d.calls.opened, d.calls.closed)
 		}
 		w("\nThe node timeout is %v and the node answers in %v plus the proxy's and the scheduler's delays, so one round trip fits but two do not. Two things put a second round trip, or a wait, into one node timeout:\n\n", nt, p.latency)
-		w("- **`CheckIdle`** (default 1 s): a connection idle for a second is PINGed before the command, within the same deadline: %v + %v > %v. After a lull every first call on each connection to the slow node times out, three in a row open the breaker, and every later probe — made after the cooldown, on a connection idle for at least as long — times out in turn, so the breaker never closes again (cooldown doubling to 30 s). Compare the first two lines.\n", p.latency, p.latency, nt)
+		w("- **`CheckIdle`** (default 1 s): before commit 0f21b18 a connection idle for a second was PINGed before the command, within the same deadline (%v + %v > %v), so after a lull every first call to the slow node timed out. It is now a look at the socket with no round trip; compare the first two lines for what remains of it.\n", p.latency, p.latency, nt)
 		w("- **The pool** (MaxActive %d): a call to the slow node holds a connection for a round trip, a release queued behind its acquire holds one for another, so at a couple of thousand cycles per second more than %d calls want a connection at once; the rest wait for one within the node timeout, and time out. Compare the last two lines.\n", p.setup.pool, p.setup.pool)
-		w("- What remains (the last line) is timeouts from scheduling stalls on this shared 2-core machine: with only %v of slack, one stall fails every call in flight at once, and \"3 failures in a row\" counts calls, not time, so one stall is enough to open the breaker.\n\n", nt-p.latency)
+		w("- What remains (the last line) is timeouts from scheduling stalls on this shared 2-core machine: with only %v of slack, one stall fails every call in flight at once; the breaker's Span (the run of failures must last twice the node timeout) keeps one such burst from opening it.\n\n", nt-p.latency)
 	}
+
+	// The same client over go-redis nodes.
+	renderGoredis(&b, p, ran, rs, ds)
 
 	// Before and after.
 	renderBefore(&b, p, rs, ds, bf)
@@ -483,9 +489,10 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 		}
 		w("| %s %s | %.1f | %.0f | %.0fµs | %s | %s | %s | %s |\n", d.c.id, d.c.name, median(d.allocs), median(d.bytes), median(d.cpu), fmtDur(d.cycle.q(0.5)), ratioCell(d.ratios), pa, pb)
 	}
-	if hs != nil && len(ds) == 4 {
-		pa, _ := allocsPer(hs.res[3])
-		w("\nThe proxies' share, estimated from the raw floor: %.1f allocations per cycle through the proxies − %.1f direct = **%.1f per cycle** charged to the proxies (and the process' background) in every \"via proxies\" figure.\n", pa, median(ds[3].allocs), pa-median(ds[3].allocs))
+	if hs != nil && len(ds) > floorIdx && len(hs.res) > floorIdx {
+		pa, _ := allocsPer(hs.res[floorIdx])
+		fa := median(ds[floorIdx].allocs)
+		w("\nThe proxies' share, estimated from the raw floor: %.1f allocations per cycle through the proxies − %.1f direct = **%.1f per cycle** charged to the proxies (and the process' background) in every \"via proxies\" figure.\n", pa, fa, pa-fa)
 	}
 	w("\nCPU per cycle: this process' user+system time (getrusage) over the contender's direct rounds, median of rounds; without proxies it is the client's own cost (the Redis servers are other processes). A runs without hooks here.\n\n")
 	if len(ds) > 0 && len(ds[0].sites) > 0 {
@@ -549,7 +556,15 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 	}
 	w("## Details: %s (%s)\n\n", tp.id, tp.title)
 	w("### Ratio to the raw floor (median of per-round ratios [min–max])\n\n")
-	w("| scenario | A redlock | B redsync | C redsync fail-fast | D floor |\n|---|---|---|---|---|\n")
+	w("| scenario |")
+	for _, id := range contenderIDs {
+		w(" %s %s |", id, shortNames[id])
+	}
+	w("\n|---|")
+	for range contenderIDs {
+		w("---|")
+	}
+	w("\n")
 	for _, s := range mine {
 		w("| %s |", s.sc.id)
 		for _, r := range s.res {
@@ -676,4 +691,59 @@ func cpuPer(r *result) time.Duration {
 		return 0
 	}
 	return c / time.Duration(n)
+}
+
+// shortNames are the contenders' names in table headers.
+var shortNames = map[string]string{"A": "redlock", "B": "redsync", "C": "redsync fail-fast", "D": "floor", "E": "redlock over go-redis"}
+
+// perRound returns, for each round in which both ran, x's time per cycle
+// divided by y's: two contenders compared within the same rounds.
+func perRound(x, y *result) []float64 {
+	var out []float64
+	for r := range min(len(x.rounds), len(y.rounds)) {
+		a, b := x.rounds[r], y.rounds[r]
+		if a.cycles > 0 && b.cycles > 0 && b.elapsed > 0 {
+			out = append(out, (a.elapsed.Seconds()/float64(a.cycles))/(b.elapsed.Seconds()/float64(b.cycles)))
+		}
+	}
+	return out
+}
+
+// renderGoredis compares E (this client over goredis nodes) with A (over
+// its own redigo nodes), scenario by scenario, and in the direct pass.
+func renderGoredis(b *strings.Builder, p params, ran []*topology, rs []*scenarioRes, ds []*directRes) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	ai, ei := slices.Index(contenderIDs, "A"), slices.Index(contenderIDs, "E")
+	w("## E vs A: the same client over go-redis nodes\n\n")
+	w("E is A's client with goredis nodes over go-redis clients instead of the library's redigo nodes (see Contenders). **E ÷ A** is E's time per cycle over A's in the same round, median [min–max] of rounds; the other columns are E's figures next to A's.\n\n")
+	w("| set-up | scenario | E ÷ A | E ÷ floor | A ÷ floor | CPU ratio E / A | cycle p50 E / A | cycle p99 E / A | allocs/cycle* E / A | goroutines at round end E / A | errors E (lock/unlock) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, tp := range ran {
+		for _, s := range rs {
+			if s.topo != tp || len(s.res) <= max(ai, ei) {
+				continue
+			}
+			a, e := s.res[ai], s.res[ei]
+			aa, _ := allocsPer(a)
+			ea, _ := allocsPer(e)
+			w("| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %.1f / %.1f | %s / %s | %d / %d |\n", tp.id, s.sc.id,
+				ratioCell(perRound(e, a)), ratioCell(e.ratios), ratioCell(a.ratios), cpuCell(e.cpuRatios), cpuCell(a.cpuRatios),
+				fmtDur(e.cycle.q(0.5)), fmtDur(a.cycle.q(0.5)), fmtDur(e.cycle.q(0.99)), fmtDur(a.cycle.q(0.99)),
+				ea, aa, gorCell(e.gorEnd), gorCell(a.gorEnd), e.lockErrs, e.unlockErrs)
+		}
+	}
+	w("\nContended: per critical section.\n\n")
+	if len(ds) > max(ai, ei) {
+		a, e := ds[ai], ds[ei]
+		w("Direct pass (healthy, serial, no proxies; no hooks): E **%.1f** allocations and %.0f bytes per cycle vs A %.1f and %.0f; CPU per cycle %.0fµs vs %.0fµs; cycle p50 %s vs %s; E ÷ floor %s, A ÷ floor %s.\n\n",
+			median(e.allocs), median(e.bytes), median(a.allocs), median(a.bytes), median(e.cpu), median(a.cpu),
+			fmtDur(e.cycle.q(0.5)), fmtDur(a.cycle.q(0.5)), ratioCell(e.ratios), ratioCell(a.ratios))
+	}
+}
+
+// goredisMode describes how E's calls are bounded.
+func goredisMode(s setup) string {
+	if s.goredisCtxTimeout {
+		return "**`ContextTimeoutEnabled`** (`-goredis-ctx-timeout`: go-redis bounds reads and writes by each call's deadline and closes the connection of a reply or handshake that missed it, where A's nodes keep it)"
+	}
+	return "`ContextTimeoutEnabled` off (go-redis' default: the node runs each call in a goroutine and returns at the deadline; go-redis reads a late reply or finishes a late handshake in the background and keeps the connection, as A's nodes do, and the node lets no command out after its call returned)"
 }
