@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -55,12 +56,27 @@ func TestDoLostWhenAMajorityOfKeysIsDeleted(t *testing.T) {
 	p := prefix(t, 2*ttl)
 	c := client(t, redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond))
 	var late []time.Duration
-	for range runs {
+	for run := range runs {
+		// A key of its own per run: the last run's Unlock returns at a
+		// majority, and its release on another node may land later.
+		key := p + "job" + strconv.Itoa(run)
 		var deleted time.Time
-		err := c.Do(context.Background(), p+"job", func(job context.Context) error {
+		err := c.Do(context.Background(), key, func(job context.Context) error {
+			// Lock returns at the first three grants; a SET still on its
+			// way to another node would land after the DEL below and put
+			// the key back (and the lock would rightly still hold on a
+			// majority). So the deletion waits until every node has it.
+			require.Eventually(t, func() bool {
+				for i := range shared.Size() {
+					if v, err := shared.Direct(i).Command(context.Background(), "EXISTS", key); err != nil || v != int64(1) {
+						return false
+					}
+				}
+				return true
+			}, 5*time.Second, 2*time.Millisecond, "the key on every node")
 			time.Sleep(rand.N(ttl / 3))
 			for i := range 3 {
-				_, err := shared.Direct(i).Command(context.Background(), "DEL", p+"job")
+				_, err := shared.Direct(i).Command(context.Background(), "DEL", key)
 				require.NoError(t, err)
 			}
 			deleted = time.Now()
