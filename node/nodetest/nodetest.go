@@ -29,7 +29,10 @@
 //     call whose context has no deadline is bounded by the driver's own
 //     timeout. A timed-out call answers node.Unknown and an error that
 //     wraps node.ErrTimeout; its late reply must never be taken for the
-//     reply of a later call on the same connection.
+//     reply of a later call on the same connection. Write nothing after
+//     the call has returned: a command queued behind a slow handshake
+//     and sent later would apply after its caller was told it failed,
+//     and after the caller's rollback.
 //   - Report failures as *node.Error values (node.Fail) whose kind
 //     tells down (ErrTimeout, ErrUnreachable) from refused (ErrAuth,
 //     ErrTLS, ErrProtocol) and ErrClosed after Close; never put a
@@ -104,6 +107,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("NoScript", func(t *testing.T) { testNoScript(t, f) })
 	t.Run("Blackhole", func(t *testing.T) { testBlackhole(t, f) })
 	t.Run("Stalled", func(t *testing.T) { testStalled(t, f) })
+	t.Run("NoLateSend", func(t *testing.T) { testNoLateSend(t, f) })
 	t.Run("Unreachable", func(t *testing.T) { testUnreachable(t, f) })
 	t.Run("NotRedis", func(t *testing.T) { testNotRedis(t, f) })
 	t.Run("Auth", func(t *testing.T) { testAuth(t, f) })
@@ -494,6 +498,170 @@ func testStalled(t *testing.T, f Factory) {
 	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release after a late acquire")
 	e.resultOf(e.n.Release(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, false))(node.Done, "release warm-up")
 	e.resultOf(e.n.Release(e.ctx, k, false))(node.Absent, "release again")
+}
+
+// testNoLateSend: a call writes nothing to the server after it has
+// returned. A timed-out acquire that reached the server later would take
+// the key after its caller was told it had failed, and after the caller's
+// rollback had run. A proxy holds the server's replies for a while (a
+// server slow to answer a new connection's handshake, or a pooled
+// connection's command) and records when the node's bytes arrive. What a
+// call wrote before it returned may still apply late: that is what the
+// rollback of late replies is for.
+func testNoLateSend(t *testing.T, f Factory) {
+	e := start(t, f)
+	const hold = 500 * time.Millisecond
+	check := func(what string, p *holdProxy, call func(context.Context) error) {
+		t.Helper()
+		p.hold(hold)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := call(ctx)
+		cancel()
+		returned := time.Now()
+		require.ErrorIs(t, err, node.ErrTimeout, "%s: replies held for %v", what, hold)
+		// Until the replies flow again and a while after: a driver that
+		// queued the command behind its handshake sends it then.
+		time.Sleep(time.Until(returned.Add(hold + 250*time.Millisecond)))
+		// Bytes written just before the return may be read by the proxy
+		// a little after it; a late send comes when the replies flow.
+		late := p.lastFromNode().Sub(returned)
+		assert.Less(t, late, 150*time.Millisecond, "%s: the node wrote to the server %v after the call returned", what, late)
+	}
+	for what := range calls(e.n) {
+		// A fresh node: the call dials, and its handshake waits.
+		p := newHoldProxy(t, e.addr)
+		n := newNode(t, f, Server{Addr: p.addr, Timeout: timeout})
+		check(what+", new connection", p, calls(n)[what])
+	}
+	// A pooled connection that answered before.
+	p := newHoldProxy(t, e.addr)
+	n := newNode(t, f, Server{Addr: p.addr, Timeout: timeout})
+	warm := node.Key{Name: "lk:nolate:warm", Token: "w"}
+	e.resultOf(n.Acquire(e.ctx, warm, time.Minute))(node.Done, "warm-up")
+	check("acquire, pooled connection", p, func(ctx context.Context) error {
+		_, err := n.Acquire(ctx, node.Key{Name: "lk:nolate", Token: "tok"}, time.Minute)
+		return err
+	})
+	// What was sent in time applied: the server was slow, not stopped.
+	e.do("FLUSHALL")
+}
+
+// holdProxy forwards loopback TCP to a server; while holding, it keeps
+// the server's bytes back until the hold ends. It records when the node's
+// bytes last arrived.
+type holdProxy struct {
+	addr  string
+	mu    sync.Mutex
+	until time.Time // hold the server's bytes until then
+	last  time.Time // the node's last bytes arrived then
+}
+
+func newHoldProxy(t *testing.T, server string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &holdProxy{addr: ln.Addr().String()}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool
+	)
+	// track keeps c and s to close at the end; false when the end came.
+	track := func(c, s net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return false
+		}
+		conns = append(conns, c, s)
+		return true
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.DialTimeout("tcp", server, 2*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			if !track(c, s) {
+				c.Close()
+				s.Close()
+				return
+			}
+			wg.Add(2)
+			go func() { // node → server
+				defer wg.Done()
+				defer s.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					k, err := c.Read(buf)
+					if k > 0 {
+						p.mu.Lock()
+						p.last = time.Now()
+						p.mu.Unlock()
+						if _, err := s.Write(buf[:k]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() { // server → node, held back while holding
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					k, err := s.Read(buf)
+					if k > 0 {
+						p.mu.Lock()
+						wait := time.Until(p.until)
+						p.mu.Unlock()
+						time.Sleep(wait)
+						if _, err := c.Write(buf[:k]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		closed = true
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// hold keeps the server's bytes back for d from now.
+func (p *holdProxy) hold(d time.Duration) {
+	p.mu.Lock()
+	p.until = time.Now().Add(d)
+	p.mu.Unlock()
+}
+
+// lastFromNode is when the node's bytes last arrived.
+func (p *holdProxy) lastFromNode() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
 
 func testUnreachable(t *testing.T, f Factory) {
