@@ -46,6 +46,7 @@ type setup struct {
 	pool        int           // MaxIdle = MaxActive per node
 	sockTimeout time.Duration // redigo dial/read/write timeout (node.Options.Timeout default)
 	rawTimeout  time.Duration // per-call deadline of the raw floor (= our default node timeout)
+	nodeTimeout time.Duration // A's and E's WithNodeTimeout; 0 = derived from the TTL
 	checkIdle   time.Duration // A's node.Options.CheckIdle; 0 = the library's default (1s)
 	// goredisCtxTimeout turns E's ContextTimeoutEnabled on: go-redis then
 	// bounds reads and writes by each call's deadline (and drops the
@@ -146,6 +147,9 @@ func newOurs(urls []string, s setup) (*contender, error) {
 	if s.stats != nil {
 		opts = append(opts, redlock.WithHooks(s.stats.hooks()))
 	}
+	if s.nodeTimeout > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(s.nodeTimeout))
+	}
 	c, err := redlock.Dial(urls, opts...)
 	if err != nil {
 		return nil, err
@@ -208,6 +212,9 @@ func newOursGoredis(urls []string, s setup) (*contender, error) {
 	opts := []redlock.Option{redlock.WithTTL(s.ttl)}
 	if s.stats != nil {
 		opts = append(opts, redlock.WithHooks(new(ourStats).hooks()))
+	}
+	if s.nodeTimeout > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(s.nodeTimeout))
 	}
 	c, err := redlock.New(nodes, opts...)
 	if err != nil {

@@ -50,7 +50,10 @@ type params struct {
 	directRounds int
 	directCycles int // per contender per direct round
 	parallel     int
-	contenders   int // goroutines in the contended scenario
+	contenders   int           // goroutines in the contended scenarios
+	clients      int           // separate client instances in the contended-clients scenario
+	dieTTL       time.Duration // the dying holder's TTL in the holder-dies scenario
+	dieCycles    int           // holder-dies cycles per contender per round
 	hold         time.Duration
 	latency      time.Duration
 	faultNode    int
@@ -71,7 +74,24 @@ type scenario struct {
 	id, title string
 	workers   int
 	contended bool
-	fault     string // "", "latency", "blackhole"
+	// clients > 1 splits the workers over that many client instances of
+	// the same contender (separate pools and, for A, separate waiter
+	// queues), as that many hosts would be; the first has the workers
+	// 0..workers/clients-1, and so on.
+	clients int
+	// dies: each cycle, a holder on a client of its own takes a fresh key
+	// with a short TTL (dieTTL) and never releases it; the workers then
+	// wait for it on their clients.
+	dies  bool
+	fault string // "", "latency", "blackhole"
+}
+
+// client returns which client instance worker w belongs to.
+func (sc scenario) client(w int) int {
+	if sc.clients <= 1 {
+		return w // every goroutine on its own, as far as handoffs go
+	}
+	return w / max(1, sc.workers/sc.clients)
 }
 
 type roundRes struct {
@@ -157,7 +177,10 @@ type bench struct {
 	urls []string     // the current set-up's node URLs
 	cur  setup        // the current scenario's contender set-up (A's counters)
 	cons []*contender // the current scenario's instances
-	log  func(format string, args ...any)
+	// extra are the further instances a scenario made for its other
+	// clients and dying holders; closed with the scenario.
+	extra []*contender
+	log   func(format string, args ...any)
 }
 
 // wstate is one harness goroutine's state for one contender in one
@@ -167,6 +190,7 @@ type wstate struct {
 	keys       []string
 	k          int
 	cycle, acq *hist
+	holder     worker // holder-dies: the dying holder, on a client of its own (first worker only)
 	n          int
 	lockErrs   int
 	unlockErs  int
@@ -197,7 +221,7 @@ func main() {
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
 		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 15m, quick 6m)")
-		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run (healthy-serial,healthy-parallel,latency,blackhole,contended); default all")
+		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run (healthy-serial,healthy-parallel,latency,blackhole,contended,contended-clients,holder-dies); default all")
 		setups  = flag.String("setups", "", "comma-separated subset of set-ups to run (proxied: all nodes behind proxies; mixed: only the faulty node behind one); default both")
 		before  = flag.String("before", "results/before-ccc0598.md", "report of an earlier run (its own harness) to compare with; skipped when missing")
 		profDir = flag.String("allocprofile", "", "after the direct pass, write per-contender allocation profiles (MemProfileRate=1) to this directory")
@@ -207,7 +231,8 @@ func main() {
 		quick: *quick, rounds: 16, roundDur: 400 * time.Millisecond, warmup: 300 * time.Millisecond,
 		tail: time.Second, tailBH: 6 * time.Second, settleDur: 300 * time.Millisecond,
 		directRounds: 10, directCycles: 1000,
-		parallel: 32, contenders: 8, hold: time.Millisecond, latency: 30 * time.Millisecond,
+		parallel: 32, contenders: 8, clients: 4, dieTTL: 250 * time.Millisecond, dieCycles: 4,
+		hold: time.Millisecond, latency: 30 * time.Millisecond,
 		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir, before: *before,
 		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle, goredisCtxTimeout: *grCtx},
 	}
@@ -216,6 +241,7 @@ func main() {
 		p.rounds, p.roundDur, p.warmup = 8, 120*time.Millisecond, 80*time.Millisecond
 		p.tail, p.tailBH, p.settleDur = 300*time.Millisecond, 1500*time.Millisecond, 200*time.Millisecond
 		p.directRounds, p.directCycles = 8, 200
+		p.dieCycles = 2
 		watchdog = 6 * time.Minute
 	}
 	if *rounds > 0 {
@@ -316,10 +342,12 @@ func run(p params, out string, watchdog time.Duration) int {
 		{id: "latency", title: fmt.Sprintf("One node +%v latency (node %d of 1–5, %d goroutine(s), distinct keys)", p.latency, p.faultNode+1, p.faultWorkers), workers: p.faultWorkers, fault: "latency"},
 		{id: "blackhole", title: fmt.Sprintf("One node blackholed (node %d of 1–5, %d goroutine(s), distinct keys)", p.faultNode+1, p.faultWorkers), workers: p.faultWorkers, fault: "blackhole"},
 		{id: "contended", title: fmt.Sprintf("Contended (%d goroutines on one key, holding %v)", p.contenders, p.hold), workers: p.contenders, contended: true},
+		{id: "contended-clients", title: fmt.Sprintf("Contended across clients (%d client instances × %d goroutines on one key, holding %v)", p.clients, p.contenders/p.clients, p.hold), workers: p.contenders, clients: p.clients, contended: true},
+		{id: "holder-dies", title: fmt.Sprintf("A holder dies without unlocking (TTL %v; %d waiters, each on a client of its own)", p.dieTTL, 2), workers: 2, clients: 2, dies: true},
 	}
 	topos := []*topology{
 		{id: "proxied", title: "all five nodes behind in-process toxiproxies", urls: proxied,
-			scenarios: []string{"healthy-serial", "healthy-parallel", "latency", "blackhole", "contended"}},
+			scenarios: []string{"healthy-serial", "healthy-parallel", "latency", "blackhole", "contended", "contended-clients", "holder-dies"}},
 		{id: "mixed", title: fmt.Sprintf("only the faulty node (node %d) behind a toxiproxy, the other four reached directly", p.faultNode+1), urls: mixed,
 			scenarios: []string{"healthy-serial", "latency", "blackhole"}},
 	}
@@ -486,9 +514,13 @@ func (b *bench) newStates(sc scenario, c *contender) []*wstate {
 	// each of 32 parallel goroutines ~100/s.
 	ring := max(2048, 32768/sc.workers)
 	ws := make([]*wstate, sc.workers)
+	clients := []*contender{c}
 	for i := range ws {
-		st := &wstate{w: c.newWorker(), cycle: new(hist), acq: new(hist)}
-		if sc.contended {
+		for sc.client(i) >= len(clients) {
+			clients = append(clients, b.another(c.id, b.cur))
+		}
+		st := &wstate{w: clients[sc.client(i)].newWorker(), cycle: new(hist), acq: new(hist)}
+		if sc.contended || sc.dies {
 			st.keys = []string{"bench:" + sc.id + ":" + c.id}
 		} else {
 			st.keys = make([]string, ring)
@@ -498,7 +530,27 @@ func (b *bench) newStates(sc scenario, c *contender) []*wstate {
 		}
 		ws[i] = st
 	}
+	if sc.dies {
+		// The holder's client: the short TTL, and the node timeout the
+		// default TTL would derive (the short TTL's own is 5 ms, too
+		// tight for the proxies on two cores).
+		s := b.cur
+		s.ttl, s.nodeTimeout, s.stats = b.p.dieTTL, s.rawTimeout, nil
+		ws[0].holder = b.another(c.id, s).newWorker()
+	}
 	return ws
+}
+
+// another makes one more instance of contender id on the current set-up's
+// nodes, to be closed with the scenario. It does not connect, so it
+// cannot fail but for a bad set-up, which is fatal.
+func (b *bench) another(id string, s setup) *contender {
+	c, err := makeContender(id, b.urls, s)
+	if err != nil {
+		panic(fmt.Sprintf("bench: another %s: %v", id, err))
+	}
+	b.extra = append(b.extra, c)
+	return c
 }
 
 // contShared is what the goroutines of one contended round share.
@@ -524,11 +576,16 @@ func (b *bench) runRound(sc scenario, ws []*wstate, end time.Time, r *result, ro
 	}
 	start := time.Now()
 	before := make([]int, len(ws))
+	if sc.dies {
+		before := ws[0].n
+		viol := b.diesRound(ws, end, r, round)
+		return ws[0].n - before, time.Since(start), viol
+	}
 	for i, st := range ws {
 		before[i] = st.n
 		wg.Add(1)
 		if sc.contended {
-			go b.contendedLoop(i, st, sh, end, record, &wg)
+			go b.contendedLoop(sc, i, st, sh, end, record, &wg)
 		} else {
 			go b.freeLoop(st, end, record, &wg)
 		}
@@ -577,7 +634,7 @@ func (b *bench) freeLoop(st *wstate, end time.Time, record bool, wg *sync.WaitGr
 	}
 }
 
-func (b *bench) contendedLoop(id int, st *wstate, sh *contShared, end time.Time, record bool, wg *sync.WaitGroup) {
+func (b *bench) contendedLoop(sc scenario, id int, st *wstate, sh *contShared, end time.Time, record bool, wg *sync.WaitGroup) {
 	defer wg.Done()
 	bg := context.Background()
 	ctx, cancel := context.WithDeadline(bg, end)
@@ -599,7 +656,7 @@ func (b *bench) contendedLoop(id int, st *wstate, sh *contShared, end time.Time,
 		sh.mu.Lock()
 		if !sh.last.IsZero() && record {
 			sh.gap.add(t1.Sub(sh.last))
-			if sh.lastHolder != id {
+			if sc.client(sh.lastHolder) != sc.client(id) {
 				sh.gapOther.add(t1.Sub(sh.last))
 			}
 		}
@@ -629,6 +686,88 @@ func (b *bench) contendedLoop(id int, st *wstate, sh *contShared, end time.Time,
 	}
 }
 
+// diesRound runs dieCycles cycles of the holder-dies scenario. In each,
+// the holder takes a fresh key and "dies": it never releases it. Every
+// worker then calls Lock on the key at once, on its own client. It records
+// how long after the holder's keys expired the first waiter held the lock
+// (r.gap), and returns the cycles in which a waiter held the lock while
+// the holder could still believe it held it, or two waiters at once.
+func (b *bench) diesRound(ws []*wstate, end time.Time, r *result, round string) int {
+	h, bg, viol := ws[0], context.Background(), 0
+	for range b.p.dieCycles {
+		if b.ctx.Err() != nil {
+			break
+		}
+		key := h.keys[0] + ":" + round + ":" + strconv.Itoa(h.k)
+		h.k++
+		hctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		t0 := time.Now()
+		err := h.holder.Lock(hctx, key)
+		cancel()
+		if err != nil {
+			h.failed(&h.lockErrs, err)
+			continue
+		}
+		// The keys were set after t0, so they expire after t0 + TTL: the
+		// delay measured from there is an upper bound of the true one.
+		// The holder counts its validity from t0 too: it may believe it
+		// holds the lock until t0 + TTL − drift.
+		expiry := t0.Add(b.p.dieTTL)
+		holderEnd := expiry.Add(-(b.p.dieTTL/100 + 2*time.Millisecond))
+		var (
+			mu    sync.Mutex
+			first time.Time
+			inCS  atomic.Int32
+			bad   atomic.Bool
+			wg    sync.WaitGroup
+		)
+		for _, st := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithDeadline(bg, expiry.Add(10*time.Second))
+				defer cancel()
+				t := time.Now()
+				if err := st.w.Lock(ctx, key); err != nil {
+					st.failed(&st.lockErrs, err)
+					return
+				}
+				got := time.Now()
+				if inCS.Add(1) != 1 || got.Before(holderEnd) {
+					bad.Store(true)
+				}
+				mu.Lock()
+				if first.IsZero() {
+					first = got
+				}
+				mu.Unlock()
+				inCS.Add(-1)
+				if err := st.w.Unlock(bg); err != nil {
+					st.failed(&st.unlockErs, err)
+				}
+				if r != nil {
+					st.acq.add(got.Sub(t))
+					st.sections++
+				}
+			}()
+		}
+		wg.Wait()
+		if bad.Load() {
+			viol++
+		}
+		if first.IsZero() {
+			continue
+		}
+		if r != nil {
+			r.gap.add(first.Sub(expiry))
+			h.cycle.add(first.Sub(t0))
+		}
+		h.maxCycle = max(h.maxCycle, time.Since(t0))
+		h.n++
+	}
+	return viol
+}
+
 func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 	t0 := time.Now()
 	logf := b.log
@@ -655,9 +794,10 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 	}
 	b.cons = cons
 	defer func() {
-		for _, c := range b.cons {
+		for _, c := range append(b.cons, b.extra...) {
 			_ = c.close()
 		}
+		b.extra = nil
 		b.heal()
 		b.drain(clientBase+8, 15*time.Second)
 	}()

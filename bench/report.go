@@ -375,6 +375,43 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 		noise := max(targetHealthy, math.Abs(median(s.res[2].ratios)-bf.ratio["healthy-serial"][2]))
 		return metCell(fmt.Sprintf("%s now vs %s before (Δ %+.2f; noise %.2f = max(0.05, C's Δ))", fmtRatio(m), fmtRatio(old), m-old, noise), math.Abs(m-old) <= noise)
 	})
+	row(fmt.Sprintf("contended, %d goroutines of one client: lock wait p99 ≤ 20 ms; sections per goroutine min/max ≥ 0.8; sections/s ≥ the floor's", p.contenders), func(tp *topology) string {
+		s := find(rs, tp, "contended")
+		if s == nil {
+			return "not run"
+		}
+		a, f := s.res[0], s.res[floorIdx]
+		p99 := a.acq.q(0.99)
+		lo, hi := minMax(a.perWorker)
+		fair := 0.0
+		if hi > 0 {
+			fair = float64(lo) / float64(hi)
+		}
+		an, ael := totals(a)
+		fn, fel := totals(f)
+		ra, rf := rate(an, ael), rate(fn, fel)
+		return metCell(fmt.Sprintf("p99 %s; min/max %.2f; %.0f vs %.0f sections/s", fmtDur(p99), fair, ra, rf),
+			p99 <= 20*time.Millisecond && fair >= 0.8 && ra >= rf)
+	})
+	row(fmt.Sprintf("contended across %d clients × %d goroutines: handoff to another client p50 ≤ 2 ms; lock wait p99 ≤ 50 ms", p.clients, p.contenders/p.clients), func(tp *topology) string {
+		s := find(rs, tp, "contended-clients")
+		if s == nil {
+			return "not run"
+		}
+		a := s.res[0]
+		h, p99 := a.gapOther.q(0.5), a.acq.q(0.99)
+		return metCell(fmt.Sprintf("handoff p50 %s (n %d); wait p99 %s", fmtDur(h), a.gapOther.n, fmtDur(p99)),
+			a.gapOther.n > 0 && h <= 2*time.Millisecond && p99 <= 50*time.Millisecond)
+	})
+	row("a holder dies without unlocking: the next waiter holds the lock ≤ 20 ms after the holder's keys expired (p99; upper bound, see the scenario)", func(tp *topology) string {
+		s := find(rs, tp, "holder-dies")
+		if s == nil {
+			return "not run"
+		}
+		a := s.res[0]
+		return metCell(fmt.Sprintf("p50 %s, p99 %s, max %s (n %d); violations %d", fmtDur(a.gap.q(0.5)), fmtDur(a.gap.q(0.99)), fmtDur(a.gap.max), a.gap.n, a.violations),
+			a.gap.n > 0 && a.gap.q(0.99) <= 20*time.Millisecond && a.violations == 0)
+	})
 	if len(ds) > 0 {
 		a := median(ds[0].allocs)
 		cell := fmt.Sprintf("%.1f now", a)
@@ -612,8 +649,21 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 	for _, s := range mine {
 		w("#### %s — %s\n\n", tp.id, s.sc.title)
 		w("Scenario took %s.\n\n", s.elapsed.Round(100*time.Millisecond))
-		if s.sc.contended {
-			w("| contender | sections | sections/s | handoff gap p50 / p99 | to another goroutine: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		if s.sc.dies {
+			w("| contender | cycles | first waiter holds, after the holder's expiry: p50 / p99 / max | lock wait p50 / p99 | lock / unlock errors | exclusion violations | ratio median [min–max] |\n|---|---|---|---|---|---|---|\n")
+			for _, r := range s.res {
+				n, _ := totals(r)
+				w("| %s %s | %d | %s / %s / %s | %s / %s | %d / %d | %d | %s |\n", r.c.id, r.c.name, n,
+					fmtDur(r.gap.q(0.5)), fmtDur(r.gap.q(0.99)), fmtDur(r.gap.max),
+					fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), r.lockErrs, r.unlockErrs, r.violations, ratioCell(r.ratios))
+			}
+			w("\nEach cycle: a holder on a client of its own takes a fresh key with a %v TTL and never releases it; both waiters, each on its own client, call Lock at once. \"After the holder's expiry\" is measured from the holder's Lock call + TTL: its keys were set after that, so the figure is an upper bound of the delay after the keys expired on a majority. Lock wait: both waiters, Lock call to grant (the second one waits for the first's section too). A violation is a cycle in which a waiter held the lock before the holder's own validity (from its Lock call: TTL − drift) had ended, or two waiters held it at once. Ratio: time per cycle ÷ the floor's.\n\n", p.dieTTL)
+		} else if s.sc.contended {
+			other := "goroutine"
+			if s.sc.clients > 1 {
+				other = "client"
+			}
+			w("| contender | sections | sections/s | handoff gap p50 / p99 | to another %s: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", other)
 			for _, r := range s.res {
 				n, el := totals(r)
 				lo, hi := minMax(r.perWorker)
@@ -623,7 +673,7 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 					fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)),
 					lo, hi, r.lockErrs, r.unlockErrs, r.cut, r.violations, a, ratioCell(r.ratios))
 			}
-			w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key.\n\n")
+			w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key.\n\n")
 		} else {
 			w("| contender | cycles | ops/s | cycle p50 | cycle p99 | acquire p50 | acquire p99 | allocs/cycle* | bytes/cycle* | CPU/cycle* | ratio median [min–max] | CPU ratio | goroutines at round end | errors (lock/unlock) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, r := range s.res {
