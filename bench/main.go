@@ -220,7 +220,7 @@ func main() {
 		grCtx   = flag.Bool("goredis-ctx-timeout", false, "E's go-redis clients with ContextTimeoutEnabled (go-redis bounds reads and writes and drops late connections; default: the nodes bound calls from goroutines); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
-		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 15m, quick 6m)")
+		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 20m, quick 6m)")
 		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run (healthy-serial,healthy-parallel,latency,blackhole,contended,contended-clients,holder-dies); default all")
 		setups  = flag.String("setups", "", "comma-separated subset of set-ups to run (proxied: all nodes behind proxies; mixed: only the faulty node behind one); default both")
 		before  = flag.String("before", "results/before-ccc0598.md", "report of an earlier run (its own harness) to compare with; skipped when missing")
@@ -236,7 +236,7 @@ func main() {
 		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir, before: *before,
 		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle, goredisCtxTimeout: *grCtx},
 	}
-	watchdog := 15 * time.Minute
+	watchdog := 20 * time.Minute
 	if p.quick {
 		p.rounds, p.roundDur, p.warmup = 8, 120*time.Millisecond, 80*time.Millisecond
 		p.tail, p.tailBH, p.settleDur = 300*time.Millisecond, 1500*time.Millisecond, 200*time.Millisecond
