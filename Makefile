@@ -54,6 +54,7 @@ lint:
 test: deps lint
 	$(GO) test -race -count=1 -timeout 10m $(GOTESTFLAGS) $(UNIT_PKGS)
 	for m in $(ADAPTERS); do (cd $$m && $(GO) test -race -count=1 -timeout 5m $(GOTESTFLAGS) ./...) || exit 1; done
+	cd bench && $(GO) test -count=1 ./...
 	cd $(INTEGRATION_DIR) && $(GO) test -race -count=1 -p 1 -timeout 25m $(GOTESTFLAGS) ./...
 
 unit: lint

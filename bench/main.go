@@ -86,12 +86,21 @@ type scenario struct {
 	fault string // "", "latency", "blackhole"
 }
 
-// client returns which client instance worker w belongs to.
+// client returns which client instance worker w uses.
 func (sc scenario) client(w int) int {
 	if sc.clients <= 1 {
-		return w // every goroutine on its own, as far as handoffs go
+		return 0
 	}
 	return w / max(1, sc.workers/sc.clients)
+}
+
+// handoff reports whether the lock went from worker from to another
+// worker: across clients, to a worker of another client.
+func (sc scenario) handoff(from, to int) bool {
+	if sc.clients > 1 {
+		return sc.client(from) != sc.client(to)
+	}
+	return from != to
 }
 
 type roundRes struct {
@@ -656,7 +665,7 @@ func (b *bench) contendedLoop(sc scenario, id int, st *wstate, sh *contShared, e
 		sh.mu.Lock()
 		if !sh.last.IsZero() && record {
 			sh.gap.add(t1.Sub(sh.last))
-			if sc.client(sh.lastHolder) != sc.client(id) {
+			if sc.handoff(sh.lastHolder, id) {
 				sh.gapOther.add(t1.Sub(sh.last))
 			}
 		}
