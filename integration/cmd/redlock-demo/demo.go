@@ -63,7 +63,11 @@ type demoRun struct {
 func (r *demoRun) announce() {
 	cfg := r.cfg
 	r.v.note("%d workers, each with its own client, contend for lock %q for %v:", cfg.workers, r.env.key, cfg.duration)
-	r.v.note("  Lock (TTL %v, quorum %d of %d), %v of work on a shared counter, Unlock.", cfg.ttl, r.env.quorum(), len(r.env.urls), cfg.hold)
+	nodeTO := "the library's default"
+	if cfg.nodeTO > 0 {
+		nodeTO = cfg.nodeTO.String()
+	}
+	r.v.note("  Lock (TTL %v, node timeout %s, quorum %d of %d), %v of work on a shared counter, Unlock.", cfg.ttl, nodeTO, r.env.quorum(), len(r.env.urls), cfg.hold)
 	switch {
 	case cfg.kills():
 		r.v.note("  Node %d will be killed at +%.3fs.", killNode+1, cfg.killAt.Seconds())
@@ -202,7 +206,10 @@ func (r *demoRun) statusLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		up := r.env.probe(ctx)
-		if ctx.Err() != nil {
+		// The deadline may have passed without ctx noticing yet (its
+		// timer runs late on a loaded machine): the probes then failed
+		// for that reason, not because the nodes are down.
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
 			return
 		}
 		r.v.status(r.stats.snapshot(), up)

@@ -101,7 +101,7 @@ func describeBackend(b cluster.Backend) string {
 // and one probe per node.
 func (e *env) dial(cfg demoConfig) error {
 	for range cfg.workers {
-		c, err := redlock.Dial(e.urls, redlock.WithTTL(cfg.ttl), redlock.WithRetry(cfg.retry()))
+		c, err := redlock.Dial(e.urls, redlock.WithTTL(cfg.ttl), redlock.WithNodeTimeout(cfg.nodeTO), redlock.WithRetry(cfg.retry()))
 		if err != nil {
 			return err
 		}

@@ -29,6 +29,7 @@ type demoConfig struct {
 	duration time.Duration // how long the workers contend
 	killAt   time.Duration // when node 3 is killed; 0 or >= duration: never
 	ttl      time.Duration // lock TTL
+	nodeTO   time.Duration // per-node timeout; 0: the library's default for ttl
 	hold     time.Duration // work done under each lock
 }
 
@@ -94,6 +95,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long the workers contend")
 	fs.DurationVar(&cfg.killAt, "kill-at", 4*time.Second, "when to kill node 3 (SIGKILL / docker kill); 0 = never")
 	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lock TTL")
+	fs.DurationVar(&cfg.nodeTO, "node-timeout", 50*time.Millisecond, "bound of each command on each node (0: the library's default, TTL/200 clamped to [5ms, 250ms],\n10ms for a 2s TTL: too tight for Docker on a loaded machine, where it turns\nscheduling delays into failed unlocks whose keys then block everyone until the TTL)")
 	fs.DurationVar(&cfg.hold, "hold", 150*time.Millisecond, "work done under each lock (a read, a pause, a write)")
 	fs.StringVar(&urls, "urls", "", "comma-separated redis:// URLs of existing nodes to use instead of starting any\n(no node is killed then)")
 	if err := fs.Parse(args); err != nil {
@@ -121,6 +123,8 @@ func (cfg demoConfig) validate() error {
 		return fmt.Errorf("-kill-at %v: must be >= 0", cfg.killAt)
 	case cfg.ttl <= 0:
 		return fmt.Errorf("-ttl %v: must be > 0", cfg.ttl)
+	case cfg.nodeTO < 0 || cfg.nodeTO >= cfg.ttl:
+		return fmt.Errorf("-node-timeout %v: must be in [0, -ttl %v)", cfg.nodeTO, cfg.ttl)
 	case cfg.hold < 0:
 		return fmt.Errorf("-hold %v: must be >= 0", cfg.hold)
 	}
