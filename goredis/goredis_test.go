@@ -105,45 +105,11 @@ func TestScriptsAreTheNodePackages(t *testing.T) {
 	assert.Equal(t, 2, s.ConfirmFence.Keys)
 }
 
-// listen starts a loopback server that runs serve on each connection until
-// the test ends.
-func listen(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan struct{})
-	conns := make(chan net.Conn, 64)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case conns <- c:
-				go serve(c)
-			default:
-				c.Close()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		close(conns)
-		for c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // blackhole starts a loopback server that accepts connections and reads
 // from them, and never answers.
 func blackhole(t *testing.T) string {
 	t.Helper()
-	return listen(t, func(c net.Conn) {
+	return redistest.Serve(t, func(c net.Conn) {
 		buf := make([]byte, 512)
 		for {
 			if _, err := c.Read(buf); err != nil {
@@ -458,7 +424,7 @@ func TestAuth(t *testing.T) {
 // TestNotRedis: a peer that answers something else than RESP is
 // ErrProtocol.
 func TestNotRedis(t *testing.T) {
-	addr := listen(t, func(c net.Conn) {
+	addr := redistest.Serve(t, func(c net.Conn) {
 		_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
 		c.Close()
 	})

@@ -29,10 +29,10 @@
 //     call whose context has no deadline is bounded by the driver's own
 //     timeout. A timed-out call answers node.Unknown and an error that
 //     wraps node.ErrTimeout; its late reply must never be taken for the
-//     reply of a later call on the same connection. Write nothing after
-//     the call has returned: a command queued behind a slow handshake
-//     and sent later would apply after its caller was told it failed,
-//     and after the caller's rollback.
+//     reply of a later call on the same connection. Send no command that
+//     changes a key after its call has returned: one queued behind a
+//     slow handshake and sent later would apply after its caller was
+//     told it failed, and after the caller's rollback.
 //   - Report failures as *node.Error values (node.Fail) whose kind
 //     tells down (ErrTimeout, ErrUnreachable) from refused (ErrAuth,
 //     ErrTLS, ErrProtocol) and ErrClosed after Close; never put a
@@ -53,6 +53,7 @@
 package nodetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -387,7 +388,7 @@ func testNoScript(t *testing.T, f Factory) {
 // calls are every operation of n, for the deadline tests: each returns
 // the call's error.
 func calls(n node.Node) map[string]func(context.Context) error {
-	k := node.Key{Name: "lk:deadline", Token: "tok"}
+	k := deadlineKey
 	m := map[string]func(context.Context) error{
 		"acquire": func(ctx context.Context) error { _, err := n.Acquire(ctx, k, time.Minute); return err },
 		"extend":  func(ctx context.Context) error { _, err := n.Extend(ctx, k, time.Minute); return err },
@@ -406,37 +407,16 @@ func calls(n node.Node) map[string]func(context.Context) error {
 	return m
 }
 
+// deadlineKey is the key calls uses.
+var deadlineKey = node.Key{Name: "lk:deadline", Token: "tok"}
+
 // blackhole listens on loopback, accepts connections and never answers;
 // it closes them when the test ends.
 func blackhole(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
+	return redistest.Serve(t, func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c)
 	})
-	return ln.Addr().String()
 }
 
 // bounded runs call with a context of deadline d (none when d is 0) and
@@ -500,14 +480,16 @@ func testStalled(t *testing.T, f Factory) {
 	e.resultOf(e.n.Release(e.ctx, k, false))(node.Absent, "release again")
 }
 
-// testNoLateSend: a call writes nothing to the server after it has
-// returned. A timed-out acquire that reached the server later would take
-// the key after its caller was told it had failed, and after the caller's
-// rollback had run. A proxy holds the server's replies for a while (a
-// server slow to answer a new connection's handshake, or a pooled
-// connection's command) and records when the node's bytes arrive. What a
-// call wrote before it returned may still apply late: that is what the
-// rollback of late replies is for.
+// testNoLateSend: a call's command reaches the server before the call
+// returns, or never. A timed-out acquire that reached the server later
+// would take the key after its caller was told it had failed, and after
+// the caller's rollback had run. A proxy holds the server's replies for a
+// while (a server slow to answer a new connection's handshake, or a
+// pooled connection's command) and records when bytes naming the call's
+// key arrive from the node; the rest of a handshake (CLIENT SETINFO after
+// a late HELLO) may follow late, it changes no key. What a call wrote
+// before it returned may still apply late: that is what the rollback of
+// late replies is for.
 func testNoLateSend(t *testing.T, f Factory) {
 	e := start(t, f)
 	const hold = 500 * time.Millisecond
@@ -524,19 +506,22 @@ func testNoLateSend(t *testing.T, f Factory) {
 		time.Sleep(time.Until(returned.Add(hold + 250*time.Millisecond)))
 		// Bytes written just before the return may be read by the proxy
 		// a little after it; a late send comes when the replies flow.
-		late := p.lastFromNode().Sub(returned)
-		assert.Less(t, late, 150*time.Millisecond, "%s: the node wrote to the server %v after the call returned", what, late)
+		late := p.lastMarked().Sub(returned)
+		assert.Less(t, late, 150*time.Millisecond, "%s: the node sent the command %v after the call returned", what, late)
 	}
 	for what := range calls(e.n) {
+		if what == "inspect" {
+			continue // it changes nothing: sent late, it harms no one
+		}
 		// A fresh node: the call dials, and its handshake waits.
-		p := newHoldProxy(t, e.addr)
+		p := newHoldProxy(t, e.addr, deadlineKey.Name)
 		n := newNode(t, f, Server{Addr: p.addr, Timeout: timeout})
 		check(what+", new connection", p, calls(n)[what])
 	}
 	// A pooled connection that answered before.
-	p := newHoldProxy(t, e.addr)
+	p := newHoldProxy(t, e.addr, "lk:nolate")
 	n := newNode(t, f, Server{Addr: p.addr, Timeout: timeout})
-	warm := node.Key{Name: "lk:nolate:warm", Token: "w"}
+	warm := node.Key{Name: "lk:warm", Token: "w"}
 	e.resultOf(n.Acquire(e.ctx, warm, time.Minute))(node.Done, "warm-up")
 	check("acquire, pooled connection", p, func(ctx context.Context) error {
 		_, err := n.Acquire(ctx, node.Key{Name: "lk:nolate", Token: "tok"}, time.Minute)
@@ -547,105 +532,68 @@ func testNoLateSend(t *testing.T, f Factory) {
 }
 
 // holdProxy forwards loopback TCP to a server; while holding, it keeps
-// the server's bytes back until the hold ends. It records when the node's
-// bytes last arrived.
+// the server's bytes back until the hold ends. It records when bytes from
+// the node that contain the marker last arrived.
 type holdProxy struct {
-	addr  string
-	mu    sync.Mutex
-	until time.Time // hold the server's bytes until then
-	last  time.Time // the node's last bytes arrived then
+	addr   string
+	marker []byte
+	mu     sync.Mutex
+	until  time.Time // hold the server's bytes until then
+	marked time.Time // bytes with the marker arrived then
 }
 
-func newHoldProxy(t *testing.T, server string) *holdProxy {
+func newHoldProxy(t *testing.T, server, marker string) *holdProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &holdProxy{addr: ln.Addr().String()}
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		conns  []net.Conn
-		closed bool
-	)
-	// track keeps c and s to close at the end; false when the end came.
-	track := func(c, s net.Conn) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if closed {
-			return false
-		}
-		conns = append(conns, c, s)
-		return true
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.DialTimeout("tcp", server, 2*time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			if !track(c, s) {
-				c.Close()
-				s.Close()
-				return
-			}
-			wg.Add(2)
-			go func() { // node → server
-				defer wg.Done()
-				defer s.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					k, err := c.Read(buf)
-					if k > 0 {
-						p.mu.Lock()
-						p.last = time.Now()
-						p.mu.Unlock()
-						if _, err := s.Write(buf[:k]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() { // server → node, held back while holding
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					k, err := s.Read(buf)
-					if k > 0 {
-						p.mu.Lock()
-						wait := time.Until(p.until)
-						p.mu.Unlock()
-						time.Sleep(wait)
-						if _, err := c.Write(buf[:k]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		closed = true
-		for _, c := range conns {
+	p := &holdProxy{marker: []byte(marker)}
+	p.addr = redistest.Serve(t, func(c net.Conn) {
+		s, err := net.DialTimeout("tcp", server, 2*time.Second)
+		if err != nil {
 			c.Close()
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
+		back := make(chan struct{})
+		go func() { // server → node, held back while holding
+			defer close(back)
+			defer c.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				k, err := s.Read(buf)
+				if k > 0 {
+					p.mu.Lock()
+					wait := time.Until(p.until)
+					p.mu.Unlock()
+					time.Sleep(wait)
+					if _, err := c.Write(buf[:k]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 32<<10) // node → server
+		var seen []byte             // the last bytes read, so that a marker split between reads is found
+		for {
+			k, err := c.Read(buf)
+			if k > 0 {
+				seen = append(seen, buf[:k]...)
+				if bytes.Contains(seen, p.marker) {
+					p.mu.Lock()
+					p.marked = time.Now()
+					p.mu.Unlock()
+				}
+				seen = seen[max(0, len(seen)-len(p.marker)):]
+				if _, err := s.Write(buf[:k]); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		s.Close()
+		<-back
 	})
 	return p
 }
@@ -657,11 +605,11 @@ func (p *holdProxy) hold(d time.Duration) {
 	p.mu.Unlock()
 }
 
-// lastFromNode is when the node's bytes last arrived.
-func (p *holdProxy) lastFromNode() time.Time {
+// lastMarked is when bytes with the marker last arrived from the node.
+func (p *holdProxy) lastMarked() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.last
+	return p.marked
 }
 
 func testUnreachable(t *testing.T, f Factory) {
@@ -677,25 +625,14 @@ func testUnreachable(t *testing.T, f Factory) {
 // testNotRedis: a peer that answers, but not in RESP (an HTTP server on
 // a node's port, by mistake), is ErrProtocol.
 func testNotRedis(t *testing.T, f Factory) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			buf := make([]byte, 4096)
-			_, _ = c.Read(buf)
-			_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	n := newNode(t, f, Server{Addr: ln.Addr().String(), Timeout: timeout})
+	addr := redistest.Serve(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 4096)
+		_, _ = c.Read(buf)
+		_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		c.Close()
+	})
+	n := newNode(t, f, Server{Addr: addr, Timeout: timeout})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	res, err := n.Acquire(ctx, node.Key{Name: "lk:http", Token: "tok"}, time.Minute)
