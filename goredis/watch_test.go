@@ -61,6 +61,20 @@ func stopped(t *testing.T, w node.Watch, within time.Duration) {
 }
 
 // clients is how many connections the server behind admin has.
+// publishWakes publishes a release of "k" and reports whether woke
+// received within 50 ms.
+func publishWakes(t *testing.T, admin *redistest.Admin, woke <-chan struct{}) bool {
+	t.Helper()
+	_, err := admin.Do(context.Background(), "PUBLISH", node.ReleaseChannel("k"), "")
+	require.NoError(t, err)
+	select {
+	case <-woke:
+		return true
+	case <-time.After(50 * time.Millisecond):
+		return false
+	}
+}
+
 func clients(t *testing.T, admin *redistest.Admin) int {
 	t.Helper()
 	v, err := admin.Do(context.Background(), "CLIENT", "LIST")
@@ -187,17 +201,7 @@ func TestWatchSurvivesAKilledConnection(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			// Subscribed again, and the wake-up gets through.
-			if numsub(t, admin, node.ReleaseChannel("k")) != 1 {
-				return false
-			}
-			_, err := admin.Do(context.Background(), "PUBLISH", node.ReleaseChannel("k"), "")
-			require.NoError(t, err)
-			select {
-			case <-woke:
-				return true
-			case <-time.After(50 * time.Millisecond):
-				return false
-			}
+			return numsub(t, admin, node.ReleaseChannel("k")) == 1 && publishWakes(t, admin, woke)
 		}, 5*time.Second, 10*time.Millisecond)
 	})
 }
@@ -260,16 +264,7 @@ func TestWatchSurvivesASilentConnection(t *testing.T) {
 		_, err := admin.Do(context.Background(), "CLIENT", "PAUSE", "600", "ALL")
 		require.NoError(t, err)
 		time.Sleep(700 * time.Millisecond)
-		require.Eventually(t, func() bool {
-			_, err := admin.Do(context.Background(), "PUBLISH", node.ReleaseChannel("k"), "")
-			require.NoError(t, err)
-			select {
-			case <-woke:
-				return true
-			case <-time.After(50 * time.Millisecond):
-				return false
-			}
-		}, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return publishWakes(t, admin, woke) }, 5*time.Second, 10*time.Millisecond)
 		assert.Greater(t, admin.Connections(t), before, "a new connection")
 	})
 }

@@ -48,11 +48,7 @@ func Dial(t testing.TB, rawURL string) *Admin {
 func (a *Admin) Do(ctx context.Context, args ...any) (any, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	d, ok := ctx.Deadline()
-	if !ok {
-		d = time.Now().Add(30 * time.Second)
-	}
-	if err := a.conn.SetDeadline(d); err != nil {
+	if err := a.deadline(ctx); err != nil {
 		return nil, err
 	}
 	var b strings.Builder
@@ -74,14 +70,20 @@ func (a *Admin) Do(ctx context.Context, args ...any) (any, error) {
 func (a *Admin) Receive(ctx context.Context) (any, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.deadline(ctx); err != nil {
+		return nil, err
+	}
+	return a.read()
+}
+
+// deadline bounds the connection's next reads and writes by ctx's
+// deadline, or 30 s without one.
+func (a *Admin) deadline(ctx context.Context) error {
 	d, ok := ctx.Deadline()
 	if !ok {
 		d = time.Now().Add(30 * time.Second)
 	}
-	if err := a.conn.SetDeadline(d); err != nil {
-		return nil, err
-	}
-	return a.read()
+	return a.conn.SetDeadline(d)
 }
 
 // errReply is an error reply from the server.
