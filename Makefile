@@ -35,7 +35,7 @@ deps:
 
 # The root module's packages: the library and its command. Everything that
 # runs Redis clusters of its own is in the integration module.
-UNIT_PKGS = ./clock/... ./node/... ./internal/... ./redlock/... ./cmd/...
+UNIT_PKGS = ./clock/... ./node/... ./quorum/... ./internal/... ./redlock/... ./cmd/...
 INTEGRATION_DIR = integration
 # Adapter modules: metrics for Prometheus and OpenTelemetry, the go-redis node.
 ADAPTERS = redlockprom redlockotel goredis

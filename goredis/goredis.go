@@ -196,8 +196,11 @@ func (n *redisNode) Addr() string { return n.addr }
 func (n *redisNode) String() string { return "goredis node " + n.addr }
 
 // Acquire runs acquire.lua: SET key token NX PX ttl, and on a held key
-// the holder's PTTL, in one round trip.
-func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+// the holder's PTTL, in one round trip, whatever holderTTL asks. (The
+// redigo node sends a plain SET NX PX GET when holderTTL is off; this one
+// keeps one path: go-redis' own retries and the token guard of run are
+// written for scripts.)
+func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, _ bool) (node.Result, error) {
 	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name}, k.Token, ttl.Milliseconds())
 	if err != nil {
 		return node.Result{}, err

@@ -125,7 +125,7 @@ var ops = []struct {
 	call func(ctx context.Context, n node.Node) error
 }{
 	{"acquire", func(ctx context.Context, n node.Node) error {
-		_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+		_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
 		return err
 	}},
 	{"extend", func(ctx context.Context, n node.Node) error {
@@ -238,7 +238,7 @@ func TestDefaultTimeout(t *testing.T) {
 		c := client(t, blackhole(t), m, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second })
 		n := goredis.NewWithOptions(c, goredis.Options{Timeout: 200 * time.Millisecond})
 		start := time.Now()
-		_, err := n.Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute)
+		_, err := n.Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute, false)
 		require.ErrorIs(t, err, node.ErrTimeout)
 		assert.Less(t, time.Since(start), 200*time.Millisecond+slack)
 	})
@@ -247,7 +247,7 @@ func TestDefaultTimeout(t *testing.T) {
 	}
 	c := client(t, blackhole(t), modes[1])
 	start := time.Now()
-	_, err := goredis.New(c).Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute)
+	_, err := goredis.New(c).Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute, false)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	assert.InDelta(t, goredis.DefaultTimeout, time.Since(start), float64(slack))
 }
@@ -258,11 +258,11 @@ func TestEndedContext(t *testing.T) {
 	n := goredis.New(client(t, addr, modes[1]))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+	_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
 	require.ErrorIs(t, err, context.Canceled)
 	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	_, err = n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+	_, err = n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	v, err := admin.Do(context.Background(), "EXISTS", "k")
 	require.NoError(t, err)
@@ -295,13 +295,13 @@ func TestLateReply(t *testing.T) {
 		require.NoError(t, err)
 		_, err = n.Release(bg, k, false)
 		require.NoError(t, err)
-		_, err = n.Acquire(bg, node.Key{Name: "warm", Token: "w"}, time.Minute)
+		_, err = n.Acquire(bg, node.Key{Name: "warm", Token: "w"}, time.Minute, false)
 		require.NoError(t, err)
 		del(t, admin, "warm")
 
 		stalled := stall(t, admin, 300*time.Millisecond)
 		within(t, 100*time.Millisecond, "acquire", func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, k, time.Minute)
+			_, err := n.Acquire(ctx, k, time.Minute, false)
 			return err
 		})
 		require.NoError(t, <-stalled)
@@ -337,7 +337,7 @@ func TestNoLateSend(t *testing.T) {
 		before := admin.Connections(t)
 		stalled := stall(t, admin, 300*time.Millisecond)
 		within(t, 100*time.Millisecond, "acquire", func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
 			return err
 		})
 		require.NoError(t, <-stalled)
@@ -364,7 +364,7 @@ func TestNoLateSend(t *testing.T) {
 		long := node.Key{Name: strings.Repeat("k", 40<<10), Token: "a"}
 		stalled = stall(t, admin, 300*time.Millisecond)
 		within(t, 100*time.Millisecond, "acquire", func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, long, time.Minute)
+			_, err := n.Acquire(ctx, long, time.Minute, false)
 			return err
 		})
 		require.NoError(t, <-stalled)
@@ -395,7 +395,7 @@ func TestAuth(t *testing.T) {
 			c := client(t, addr, m, func(o *redis.Options) { o.Username, o.Password = cred.user, cred.pw })
 			n := goredis.New(c)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
 			cancel()
 			require.ErrorIs(t, err, node.ErrAuth, "user %q: %v", cred.user, err)
 			if cred.pw != "" {
@@ -409,7 +409,7 @@ func TestAuth(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		k := node.Key{Name: "k", Token: "a"}
-		res, err := n.Acquire(ctx, k, time.Minute)
+		res, err := n.Acquire(ctx, k, time.Minute, false)
 		require.NoError(t, err)
 		require.Equal(t, node.Done, res.Status)
 		res, err = n.Release(ctx, k, true)
@@ -446,7 +446,7 @@ func TestUnreachable(t *testing.T) {
 	addr := redistest.DeadAddr(t)
 	acquire := func(n node.Node) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
 			return err
 		}
 	}
@@ -469,7 +469,7 @@ func TestClosedClient(t *testing.T) {
 		c := client(t, addr, m)
 		n := goredis.New(c)
 		require.NoError(t, c.Close())
-		_, err := n.Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute)
+		_, err := n.Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute, false)
 		require.ErrorIs(t, err, node.ErrClosed, "%v", err)
 	})
 }
@@ -551,7 +551,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				if _, err := n.Acquire(ctx, k, time.Minute); err != nil {
+				if _, err := n.Acquire(ctx, k, time.Minute, false); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := n.Release(ctx, k, false); err != nil {

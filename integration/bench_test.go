@@ -19,13 +19,21 @@ func directURLs() []string {
 }
 
 // BenchmarkLockUnlock is one TryLock + Unlock cycle on five healthy nodes,
-// one goroutine, a distinct key per cycle.
-func BenchmarkLockUnlock(b *testing.B) { benchCycle(b, "bench:") }
+// one goroutine, a distinct key per cycle; and the same with Lock, which
+// also passes the client's local queue of waiters. Its allocations per
+// cycle are the hot path's cost: a regression shows here first.
+func BenchmarkLockUnlock(b *testing.B) {
+	b.Run("TryLock", func(b *testing.B) { benchCycle(b, "bench:", (*redlock.Client).TryLock) })
+	b.Run("Lock", func(b *testing.B) { benchCycle(b, "bench:l:", (*redlock.Client).Lock) })
+}
+
+// lockFunc is TryLock or Lock.
+type lockFunc func(*redlock.Client, context.Context, string, ...redlock.LockOption) (*redlock.Lock, error)
 
 // BenchmarkLockUnlockFenced is BenchmarkLockUnlock with fenced locks: one
 // more round trip (the confirm) per cycle.
 func BenchmarkLockUnlockFenced(b *testing.B) {
-	benchCycle(b, "bench:f:", redlock.WithFencing())
+	benchCycle(b, "bench:f:", (*redlock.Client).TryLock, redlock.WithFencing())
 	// The fence counters outlive the locks by design; drop them.
 	ctx := context.Background()
 	for i := range shared.Size() {
@@ -41,7 +49,7 @@ func BenchmarkLockUnlockFenced(b *testing.B) {
 	}
 }
 
-func benchCycle(b *testing.B, prefix string, opts ...redlock.Option) {
+func benchCycle(b *testing.B, prefix string, lock lockFunc, opts ...redlock.Option) {
 	c, err := redlock.Dial(directURLs(), opts...)
 	if err != nil {
 		b.Fatal(err)
@@ -55,7 +63,7 @@ func benchCycle(b *testing.B, prefix string, opts ...redlock.Option) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		l, err := c.TryLock(ctx, keys[i%len(keys)])
+		l, err := lock(c, ctx, keys[i%len(keys)])
 		if err != nil {
 			b.Fatal(err)
 		}

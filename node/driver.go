@@ -90,6 +90,28 @@ func ParseAcquire(reply any) (Result, error) {
 	return Result{}, unexpected(reply)
 }
 
+// ParseSet reads the reply of SET k.Name k.Token NX PX ttl GET, the plain
+// acquire (Redis 7.0 and later): nil (the key was free and is now set) or
+// the caller's own token (the same command run twice) is Done; another
+// value is Taken, with Result.TTL 0 (unknown).
+func ParseSet(reply any, token string) (Result, error) {
+	switch v := reply.(type) {
+	case nil:
+		return Result{Status: Done}, nil
+	case string:
+		if v == token {
+			return Result{Status: Done}, nil
+		}
+		return Result{Status: Taken}, nil
+	case []byte:
+		if string(v) == token {
+			return Result{Status: Done}, nil
+		}
+		return Result{Status: Taken}, nil
+	}
+	return Result{}, unexpected(reply)
+}
+
 // ParseStatus reads the reply of Extend, Release or ConfirmFence: 1 is
 // Done, 0 Taken, -1 Absent.
 func ParseStatus(reply any) (Result, error) {

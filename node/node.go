@@ -65,11 +65,29 @@ type Result struct {
 }
 
 // Key names one lock as the nodes see it: the Redis key and the random
-// token that proves ownership. It is a plain value; a driver prepares its
-// own command arguments from it.
+// token that proves ownership. Make one with NewKey, which boxes both
+// once for drivers whose clients take []any arguments, so that a lock's
+// calls to N nodes do not box them again for every call; a Key written
+// as a literal works the same, boxing on each call.
 type Key struct {
 	Name  string // the Redis key
 	Token string // the random value stored under it
+
+	name, token any // Name and Token boxed by NewKey; nil in a literal
+}
+
+// NewKey returns the Key of name and token.
+func NewKey(name, token string) Key {
+	return Key{Name: name, Token: token, name: name, token: token}
+}
+
+// Boxed returns Name and Token as interface values: those NewKey made, or
+// new ones for a Key written as a literal.
+func (k Key) Boxed() (name, token any) {
+	if k.name == nil {
+		return k.Name, k.Token
+	}
+	return k.name, k.token
 }
 
 // Node is one independent Redis master seen as a lock store: the minimum
@@ -91,11 +109,17 @@ type Node interface {
 	Addr() string
 
 	// Acquire runs SET k.Name k.Token NX PX ttl: Done if the key was
-	// set, Taken if it already existed. A key that already holds
-	// k.Token is set to live ttl and answered Done: a token is fresh
-	// for every attempt, so that is the same command run twice (a
-	// driver's client retried it after a lost reply).
-	Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+	// set, Taken if it already existed. A key that already holds k.Token
+	// is answered Done and left as it is: a token is fresh for every
+	// attempt, so that is the same command run twice (a driver's client
+	// retried it after a lost reply), and the first run set the TTL.
+	//
+	// holderTTL asks a Taken answer to report the holder's remaining TTL
+	// in Result.TTL, which may cost the node more (a script instead of a
+	// plain SET): a caller that will wait for the key asks, one that will
+	// not (a first attempt, TryLock) does not. Without it Result.TTL may
+	// be 0 (unknown).
+	Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL bool) (Result, error)
 
 	// Extend makes the key live at least ttl more if it still holds
 	// k.Token, never shortening it: Done, Taken (another token) or

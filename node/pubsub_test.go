@@ -57,14 +57,14 @@ func TestWatchCountsReferences(t *testing.T) {
 
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	_, err = r.Acquire(bg, k, time.Minute)
+	_, err = r.Acquire(bg, k, time.Minute, false)
 	require.NoError(t, err)
 	_, err = r.Release(bg, k, true)
 	require.NoError(t, err)
 	released(t, a, true)
 	released(t, b, true)
 
-	_, err = r.Acquire(bg, k, time.Minute)
+	_, err = r.Acquire(bg, k, time.Minute, false)
 	require.NoError(t, err)
 	_, err = r.Release(bg, k, false) // a rollback: not announced
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func TestWatchSurvivesAKilledConnection(t *testing.T) {
 		"subscribed again")
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	_, err = r.Acquire(bg, k, time.Minute)
+	_, err = r.Acquire(bg, k, time.Minute, false)
 	require.NoError(t, err)
 	_, err = r.Release(bg, k, true)
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestReleaseWithoutPublishRights(t *testing.T) {
 	defer w.Stop()
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	res, err := r.Acquire(bg, k, time.Minute)
+	res, err := r.Acquire(bg, k, time.Minute, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
 	res, err = r.Release(bg, k, true)
@@ -136,18 +136,22 @@ func TestReleaseWithoutPublishRights(t *testing.T) {
 	}
 }
 
-// TestAcquireReportsTheHoldersTTL: a Taken acquire tells how long the
-// holder's key has left, in the same round trip.
+// TestAcquireReportsTheHoldersTTL: a Taken acquire asked for it tells how
+// long the holder's key has left, in the same round trip; a plain one
+// does not pay for it.
 func TestAcquireReportsTheHoldersTTL(t *testing.T) {
 	url := redistest.Start(t)
 	r, err := node.Dial(url, node.Options{})
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
-	_, err = r.Acquire(bg, node.Key{Name: "k", Token: "holder"}, 5*time.Second)
+	_, err = r.Acquire(bg, node.Key{Name: "k", Token: "holder"}, 5*time.Second, false)
 	require.NoError(t, err)
-	res, err := r.Acquire(bg, node.Key{Name: "k", Token: "me"}, time.Minute)
+	res, err := r.Acquire(bg, node.Key{Name: "k", Token: "me"}, time.Minute, true)
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, res.Status)
 	assert.InDelta(t, 5*time.Second, res.TTL, float64(time.Second))
+	res, err = r.Acquire(bg, node.NewKey("k", "me"), time.Minute, false)
+	require.NoError(t, err)
+	assert.Equal(t, node.Result{Status: node.Taken}, res, "SET NX GET: taken, TTL unknown")
 }

@@ -104,6 +104,9 @@ type Redis struct {
 	pool    *redis.Pool
 	closed  atomic.Bool
 
+	noSetGet atomic.Bool             // the node refused SET NX GET: acquire by script
+	lastMS   atomic.Pointer[boxedMS] // see ms
+
 	// Connections whose dial finished after the call that started it
 	// had given up, for the pool's next dial (see dial).
 	spares  chan spare
@@ -229,10 +232,25 @@ func (r *Redis) Close() error {
 	return r.pool.Close()
 }
 
-// Acquire runs acquire.lua: SET key token NX PX ttl, and on a held key
-// the holder's PTTL, in one round trip.
-func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
-	reply, err := r.eval(ctx, "acquire", acquireScript, k.Name, k.Token, ttl.Milliseconds())
+// Acquire runs SET key token NX PX ttl GET: one plain command, which tells
+// "set", "ours already" and "someone else's" apart (ParseSet). With
+// holderTTL it runs acquire.lua instead, which also returns the holder's
+// PTTL; so does a node older than Redis 7.0, which refuses NX with GET.
+func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL bool) (Result, error) {
+	if !holderTTL && !r.noSetGet.Load() {
+		name, token := k.Boxed()
+		reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, token, "NX", "PX", r.ms(ttl), "GET"})
+		if !syntaxError(err) {
+			if err != nil {
+				return Result{}, err
+			}
+			res, err := ParseSet(reply, k.Token)
+			return res, r.fail("acquire", err)
+		}
+		// Before 7.0; nothing was set. Scripts from now on.
+		r.noSetGet.Store(true)
+	}
+	reply, err := r.eval(ctx, "acquire", acquireScript, k, r.ms(ttl))
 	if err != nil {
 		return Result{}, err
 	}
@@ -240,9 +258,39 @@ func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration) (Result, 
 	return res, r.fail("acquire", err)
 }
 
+// syntaxError reports whether err is the reply of a node that does not
+// know SET's GET option together with NX (Redis before 7.0).
+func syntaxError(err error) bool {
+	ne, ok := err.(*Error)
+	if !ok {
+		return false
+	}
+	e, ok := ne.Err.(redis.Error)
+	return ok && strings.HasPrefix(string(e), "ERR syntax error")
+}
+
+// ms returns d in milliseconds, boxed for redigo's argument list. Boxing
+// an int64 above 255 allocates; a client mostly uses one TTL, so the last
+// value is kept and handed out again.
+func (r *Redis) ms(d time.Duration) any {
+	v := d.Milliseconds()
+	if b := r.lastMS.Load(); b != nil && b.ms == v {
+		return b.boxed
+	}
+	b := &boxedMS{ms: v, boxed: v}
+	r.lastMS.Store(b)
+	return b.boxed
+}
+
+// boxedMS is a number of milliseconds and the same number boxed.
+type boxedMS struct {
+	ms    int64
+	boxed any
+}
+
 // Extend runs extend.lua.
 func (r *Redis) Extend(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
-	return r.script(ctx, "extend", extendScript, k.Name, k.Token, ttl.Milliseconds())
+	return r.script(ctx, "extend", extendScript, k, r.ms(ttl))
 }
 
 // Release runs release.lua, which publishes the delete when announce is
@@ -252,7 +300,7 @@ func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, erro
 	if announce {
 		flag = announceYes
 	}
-	return r.script(ctx, "release", releaseScript, k.Name, k.Token, flag)
+	return r.script(ctx, "release", releaseScript, k, flag)
 }
 
 // The boxed values of release.lua's ARGV[2].
@@ -281,7 +329,7 @@ func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL
 
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
-	reply, err := r.eval(ctx, "inspect", inspectScript, key)
+	reply, err := r.evalKeys(ctx, "inspect", inspectScript, 1, key)
 	if err != nil {
 		return Info{}, err
 	}
@@ -289,10 +337,9 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, r.fail("inspect", err)
 }
 
-// script runs s with one key and args and maps its reply (1, 0, -1) to a
-// Status.
-func (r *Redis) script(ctx context.Context, op string, s *script, key string, args ...any) (Result, error) {
-	reply, err := r.eval(ctx, op, s, key, args...)
+// script runs s on k with arg and maps its reply (1, 0, -1) to a Status.
+func (r *Redis) script(ctx context.Context, op string, s *script, k Key, arg any) (Result, error) {
+	reply, err := r.eval(ctx, op, s, k, arg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -300,14 +347,12 @@ func (r *Redis) script(ctx context.Context, op string, s *script, key string, ar
 	return res, r.fail(op, err)
 }
 
-// eval runs s on key with args by EVALSHA and falls back to EVAL (which
-// also loads the script) when the node answers NOSCRIPT, e.g. after a
-// restart or SCRIPT FLUSH.
-func (r *Redis) eval(ctx context.Context, op string, s *script, key string, args ...any) (any, error) {
-	cmd := make([]any, 0, 3+len(args))
-	cmd = append(cmd, s.hash, 1, key)
-	cmd = append(cmd, args...)
-	return r.call(ctx, op, s, "EVALSHA", cmd)
+// eval runs s, a script of one key and two arguments (the token and arg),
+// on k by EVALSHA and falls back to EVAL (which also loads the script)
+// when the node answers NOSCRIPT, e.g. after a restart or SCRIPT FLUSH.
+func (r *Redis) eval(ctx context.Context, op string, s *script, k Key, arg any) (any, error) {
+	name, token := k.Boxed()
+	return r.call(ctx, op, s, "EVALSHA", []any{s.hash, 1, name, token, arg})
 }
 
 // evalKeys is eval of a script with nkeys keys: args holds the keys, then

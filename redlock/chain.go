@@ -3,11 +3,12 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
 )
 
 // chain is the one path every command on a lock takes: acquire, extend,
@@ -27,132 +28,212 @@ import (
 // land. (A command whose call timed out may still reach the node later;
 // extend.lua never shortens a key, so a stale extend is harmless.)
 //
+// On the common path every previous command has returned by the time the
+// next is issued, and a round costs its goroutines, one context and two
+// slices; a channel to wait on is made only when a command finds its
+// predecessor still running (a slow node).
+//
 // A chain belongs to one lock. Its commands are issued one at a time: by
 // the attempt that made it, then by whoever holds the Lock's op slot.
 type chain struct {
 	c       *Client
 	k       node.Key
 	timeout time.Duration // the node timeout of every call
-	tail    []step        // the last round's command on each node; nil before the first
-	sent    []bool        // per node, whether any command of the lock was sent there
+	tail    []step        // the last round's command on each node; nil before the first; owned by the issuer
+
+	mu sync.Mutex // guards the done and wake fields of every step of the chain
 }
 
-// step is one command on one node: its outcome, once done is closed.
+// step is one command on one node.
 type step struct {
-	done chan struct{} // closed when the command returned, or was not sent
-	res  node.Result   // written before done is closed
-	err  error         // written before done is closed
-	gen  uint64        // the node breaker's generation the call was let through in
+	res  node.Result // written before done is set
+	err  error       // written before done is set
+	gen  uint64      // the node breaker's generation the call was let through in
+	sent bool        // this or an earlier command of the lock was sent to the node
+
+	done bool          // guarded by chain.mu: the command returned, or was not sent
+	wake chan struct{} // guarded by chain.mu: made by a command that waits for this one, closed at done
 }
 
-// landed reports whether the command has returned, without waiting.
-func (s *step) landed() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
+// command is what a round does on every node.
+type command struct {
+	op       string        // "acquire", "confirm", "extend" or "release", for errors and hooks
+	ttl      time.Duration // acquire, extend: the keys' TTL
+	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
+	fence    int64         // confirm: the fence to raise the counters to
+	announce bool          // release: tell waiters (Unlock, not a rollback)
+	wait     bool          // acquire: ask a Taken node for the holder's TTL
 }
 
-// command is what a round does on one node, given the lock's previous
-// command there (nil for the first).
-type command func(ctx context.Context, n node.Node, k node.Key, prev *step) (node.Result, error)
-
-func newChain(c *Client, k node.Key, timeout time.Duration) *chain {
-	return &chain{c: c, k: k, timeout: timeout, sent: make([]bool, len(c.nodes))}
+// round is one command sent through a chain: the quorum round that counts
+// its replies, and what its calls share.
+type round struct {
+	quorum.Round
+	ch         *chain
+	cmd        command
+	prev, next []step // the chain's steps before and after this round
+	base       context.Context
+	rctx       context.Context // base with the round's deadline
+	cancel     context.CancelFunc
+	left       atomic.Int32 // calls not yet returned or skipped
 }
 
 // send issues cmd to every node through the chain and returns the round.
-// The caller has begun an operation on the client (see Client.begin), so
-// Close waits for these calls. Calls outlive ctx's cancellation, keeping
-// its values: their replies decide what must be cleaned up.
-func (ch *chain) send(ctx context.Context, op string, cmd command) *quorum.Round {
-	c, n := ch.c, len(ch.c.nodes)
-	prev, next := ch.tail, make([]step, n)
-	for i := range next {
-		next[i].done = make(chan struct{})
+// The caller has begun an operation on the client (see Client.begin); the
+// round counts itself in the client's bg until its last call returns, so
+// that Close waits for it. Calls outlive ctx's cancellation, keeping its
+// values: their replies decide what must be cleaned up.
+func (ch *chain) send(ctx context.Context, cmd command) *round {
+	n := len(ch.c.nodes)
+	r := &round{ch: ch, cmd: cmd, prev: ch.tail, next: make([]step, n), base: ctx}
+	ch.tail = r.next
+	if ctx.Done() != nil {
+		r.base = context.WithoutCancel(ctx)
 	}
-	ch.tail = next
 	// One deadline for the round: it bounds every call whose predecessor
 	// had returned, and every wait for one that had not.
-	base := context.WithoutCancel(ctx)
-	rctx, cancel := context.WithTimeout(base, ch.timeout)
-	left := atomic.Int32{}
-	left.Store(int32(n))
-	// A node whose breaker is open gets no call: its step fails at once.
-	// A release is the exception where an earlier command of this lock
-	// was sent to the node (it may have left a key): the lock's own
-	// acquire may be the breaker's probe, still in flight.
-	skip := func(i int) error {
-		ok, gen := c.allow(i)
-		if ok || (op == "release" && ch.sent[i]) {
-			next[i].gen = gen
-			ch.sent[i] = true
-			c.bg.Add(1)
-			return nil
-		}
-		s := &next[i]
-		s.err = &node.Error{Addr: c.nodes[i].Addr(), Op: op, Kind: node.ErrCircuitOpen}
-		close(s.done)
-		c.callDone(i, op, 0, s.err)
-		if left.Add(-1) == 0 {
-			cancel()
-		}
-		return s.err
-	}
-	return quorum.Start(c.clk, n, skip, func(i int) (node.Result, error) {
-		defer c.bg.Done()
-		var p *step
-		if prev != nil {
-			p = &prev[i]
-		}
-		s := &next[i]
-		start := c.clk.Now()
-		s.res, s.err = ch.run(rctx, base, op, c.nodes[i], p, cmd)
-		close(s.done)
-		c.record(i, s.gen, s.err)
-		c.callDone(i, op, c.clk.Since(start), s.err)
-		if left.Add(-1) == 0 {
-			cancel()
-		}
-		return s.res, s.err
-	})
+	r.rctx, r.cancel = context.WithTimeout(r.base, ch.timeout)
+	r.left.Store(int32(n))
+	ch.c.bg.Add(1)
+	r.Start(ch.c.clk, n, r)
+	return r
 }
 
-// run sends cmd to n within rctx, the round's context, once prev (the
-// lock's previous command on n) has returned. If prev had not returned
-// yet, it waits for it until the round's deadline and then sends cmd with
-// a node timeout of its own, derived from base.
-func (ch *chain) run(rctx, base context.Context, op string, n node.Node, prev *step, cmd command) (node.Result, error) {
-	if prev != nil && !prev.landed() {
-		select {
-		case <-prev.done:
-		case <-rctx.Done():
-			return node.Result{}, &node.Error{Addr: n.Addr(), Op: op, Kind: node.ErrTimeout, Err: errPrevPending}
-		}
-		ctx, cancel := context.WithTimeout(base, ch.timeout)
-		defer cancel()
-		return cmd(ctx, n, ch.k, prev)
+// Skip asks node i's breaker whether the call may go (quorum.Skipper). A
+// node whose breaker is open gets no call: its step fails at once. A
+// release is the exception where an earlier command of this lock was sent
+// to the node (it may have left a key): the lock's own acquire may be the
+// breaker's probe, still in flight.
+func (r *round) Skip(i int) error {
+	c, s := r.ch.c, &r.next[i]
+	if r.prev != nil {
+		s.sent = r.prev[i].sent
 	}
-	return cmd(rctx, n, ch.k, prev)
+	ok, gen := c.allow(i)
+	if ok || (r.cmd.op == "release" && s.sent) {
+		s.gen, s.sent = gen, true
+		return nil
+	}
+	err := &node.Error{Addr: c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrCircuitOpen}
+	r.ch.finish(s, node.Result{}, err)
+	c.callDone(i, r.cmd.op, 0, err)
+	r.end()
+	return err
+}
+
+// Call runs node i's command (quorum.Caller).
+func (r *round) Call(i int) (node.Result, error) {
+	c := r.ch.c
+	start := c.clk.Now()
+	res, err := r.run(i)
+	r.ch.finish(&r.next[i], res, err)
+	c.record(i, r.next[i].gen, err)
+	c.callDone(i, r.cmd.op, c.clk.Since(start), err)
+	r.end()
+	return res, err
+}
+
+// end counts a call out; the last one ends the round's context and its
+// count in the client's bg.
+func (r *round) end() {
+	if r.left.Add(-1) == 0 {
+		r.cancel()
+		r.ch.c.bg.Done()
+	}
+}
+
+// run sends the command to node i within the round's deadline, once the
+// lock's previous command there has returned. If that had not returned
+// yet, it waits for it until the round's deadline and then sends the
+// command with a node timeout of its own.
+func (r *round) run(i int) (node.Result, error) {
+	n, k := r.ch.c.nodes[i], r.ch.k
+	var prev *step
+	if r.prev != nil {
+		prev = &r.prev[i]
+	}
+	ctx := r.rctx
+	if prev != nil && !r.ch.landed(prev) {
+		if !r.ch.await(prev, r.rctx.Done()) {
+			return node.Result{}, &node.Error{Addr: n.Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(r.base, r.ch.timeout)
+		defer cancel()
+	}
+	switch cmd := r.cmd; cmd.op {
+	case "acquire":
+		if cmd.fenced {
+			return n.(node.Fencer).AcquireFenced(ctx, k, cmd.ttl, counterTTL(cmd.ttl))
+		}
+		return n.Acquire(ctx, k, cmd.ttl, cmd.wait)
+	case "confirm":
+		// Only the nodes whose acquire answered Done confirm; on the
+		// others the acquire's answer stands, so that only
+		// confirmations count towards the majority.
+		if prev.err != nil || prev.res.Status != node.Done {
+			return node.Result{Status: prev.res.Status}, prev.err
+		}
+		return n.(node.Fencer).ConfirmFence(ctx, k, cmd.fence, counterTTL(cmd.ttl))
+	case "extend":
+		return n.Extend(ctx, k, cmd.ttl)
+	default: // "release"
+		// Nothing to release where the previous command proved the key
+		// is not ours (Taken or Absent: a SET NX's refusal, or a script
+		// that found another token or none); its answer stands.
+		if prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent) {
+			return prev.res, nil
+		}
+		return n.Release(ctx, k, cmd.announce)
+	}
 }
 
 // errPrevPending fails a node's call that was never sent: the node had
 // not answered the lock's previous command by the end of this round.
 var errPrevPending = errors.New("the previous command for this lock had not returned; not sent")
 
-// wait blocks until the commands last issued to the nodes in which return.
-func (ch *chain) wait(which []int) {
-	for _, i := range which {
-		<-ch.tail[i].done
+// finish records step s's outcome and wakes whoever waits for it.
+func (ch *chain) finish(s *step, res node.Result, err error) {
+	ch.mu.Lock()
+	s.res, s.err, s.done = res, err, true
+	if s.wake != nil {
+		close(s.wake)
+	}
+	ch.mu.Unlock()
+}
+
+// landed reports whether step s is done, without waiting.
+func (ch *chain) landed(s *step) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return s.done
+}
+
+// await waits until step s is done, and reports whether it is; it gives
+// up when stop is closed (nil never stops).
+func (ch *chain) await(s *step, stop <-chan struct{}) bool {
+	ch.mu.Lock()
+	if s.done {
+		ch.mu.Unlock()
+		return true
+	}
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	wake := s.wake
+	ch.mu.Unlock()
+	select {
+	case <-wake:
+		return true
+	case <-stop:
+		return false
 	}
 }
 
-// acquire is SET NX PX ttl.
-func acquire(ttl time.Duration) command {
-	return func(ctx context.Context, n node.Node, k node.Key, _ *step) (node.Result, error) {
-		return n.Acquire(ctx, k, ttl)
+// wait blocks until the commands last issued to the nodes in which return.
+func (ch *chain) wait(which []int) {
+	for _, i := range which {
+		ch.await(&ch.tail[i], nil)
 	}
 }
 
@@ -165,43 +246,3 @@ func acquire(ttl time.Duration) command {
 const FenceCounterTTL = 24 * time.Hour
 
 func counterTTL(ttl time.Duration) time.Duration { return max(FenceCounterTTL, ttl) }
-
-// acquireFenced is acquire that also raises the key's fence counter.
-func acquireFenced(ttl time.Duration) command {
-	return func(ctx context.Context, n node.Node, k node.Key, _ *step) (node.Result, error) {
-		return n.(node.Fencer).AcquireFenced(ctx, k, ttl, counterTTL(ttl))
-	}
-}
-
-// confirmFence raises the counter to fence on the nodes whose acquire
-// answered Done; on the others nothing is sent and the acquire's answer
-// stands, so that only confirmations count towards the majority.
-func confirmFence(fence int64, ttl time.Duration) command {
-	return func(ctx context.Context, n node.Node, k node.Key, prev *step) (node.Result, error) {
-		if prev.err != nil || prev.res.Status != node.Done {
-			return node.Result{Status: prev.res.Status}, prev.err
-		}
-		return n.(node.Fencer).ConfirmFence(ctx, k, fence, counterTTL(ttl))
-	}
-}
-
-// extend is extend.lua with ttl.
-func extend(ttl time.Duration) command {
-	return func(ctx context.Context, n node.Node, k node.Key, _ *step) (node.Result, error) {
-		return n.Extend(ctx, k, ttl)
-	}
-}
-
-// release is a release, except on a node whose previous command proved
-// that the key is not ours (Taken or Absent: a SET NX's nil reply, or a
-// script that found another token or none); nothing is sent there and the
-// previous answer stands. Unlock announces its release to waiters (see
-// node.Node.Release); rollback, the same path otherwise, does not.
-func release(announce bool) command {
-	return func(ctx context.Context, n node.Node, k node.Key, prev *step) (node.Result, error) {
-		if prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent) {
-			return prev.res, nil
-		}
-		return n.Release(ctx, k, announce)
-	}
-}

@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock/clock"
-	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
 )
 
 // Client takes locks on a fixed set of independent Redis masters. It is
@@ -253,14 +253,16 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 // wait is Lock's retry loop behind the key's local queue: it waits for
 // this call's turn among the client's waiters for key, then retries.
 func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
-	turn, leave := c.join(key)
-	defer leave()
-	select {
-	case <-turn:
-	case <-ctx.Done():
-		return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
-	case <-c.done:
-		return nil, 0, ErrClosed
+	turn := c.join(key)
+	defer c.leave(key, turn)
+	if turn != nil {
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+		case <-c.done:
+			return nil, 0, ErrClosed
+		}
 	}
 	return c.retry(ctx, key, cfg)
 }
@@ -279,7 +281,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		l, qe, err := c.attempt(ctx, key, cfg)
+		// Only an attempt after a failed one asks the nodes for the
+		// holder's TTL (by script): the first attempt of a Lock call, and
+		// TryLock's only one, stay one plain SET per node.
+		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1)
 		switch {
 		case err != nil:
 			return nil, attempt, err
@@ -385,13 +390,14 @@ func noFencer(nodes []node.Node) error {
 }
 
 // attempt is one round of the algorithm: SET NX PX everywhere in parallel,
-// count, check validity, roll back on failure. It returns a Lock, or a
-// *QuorumError, or ErrClosed.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError, error) {
+// count, check validity, roll back on failure. wait asks the nodes that
+// refuse for the holder's TTL. It returns a Lock, or a *QuorumError, or
+// ErrClosed.
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool) (*Lock, *QuorumError, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	l, qe := c.try(ctx, key, cfg)
+	l, qe := c.try(ctx, key, cfg, wait)
 	c.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
 	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
@@ -401,35 +407,32 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, *
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config) (*Lock, *QuorumError) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool) (*Lock, *QuorumError) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
 	}
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.
-	ch := newChain(c, node.Key{Name: key, Token: newToken()}, cfg.timeout())
-	cmd := acquire(cfg.ttl)
-	if cfg.fenced {
-		cmd = acquireFenced(cfg.ttl)
-	}
-	r := ch.send(ctx, "acquire", cmd)
+	l := newLock(c, node.NewKey(key, newToken()), cfg)
+	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
 		if !cfg.fenced {
-			return newLock(ch, cfg, r.Started()), nil
+			l.grant(r.Started(), 0)
+			return l, nil
 		}
-		l, qe := c.confirm(ctx, ch, cfg, r)
+		qe := c.confirm(ctx, l, r)
 		if qe == nil {
 			return l, nil
 		}
 		r.Collect() // acquires that answered since: wait for their release too
-		c.rollback(ctx, ch, r)
+		c.rollback(ctx, l, r)
 		return nil, qe
 	}
-	c.rollback(ctx, ch, r)
-	qe := newQuorumError("acquire", key, c, r, ErrNotAcquired, ctx)
+	c.rollback(ctx, l, r)
+	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	// Replies that came in during the rollback tell more about when the
 	// holder's keys expire; the error reports the round as decided.
@@ -448,24 +451,23 @@ func (c *Client) try(ctx context.Context, key string, cfg *config) (*Lock, *Quor
 // node that returned the maximum, and its fence would go backwards.
 //
 // On failure the caller rolls the attempt back.
-func (c *Client) confirm(ctx context.Context, ch *chain, cfg *config, r *quorum.Round) (*Lock, *QuorumError) {
+func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 	var fence int64
 	for _, rep := range r.Replies {
 		if rep.Err == nil && rep.Result.Status == node.Done {
 			fence = max(fence, rep.Result.Fence)
 		}
 	}
-	r2 := ch.send(ctx, "confirm", confirmFence(fence, cfg.ttl))
+	r2 := l.ch.send(ctx, command{op: "confirm", ttl: l.ttl, fence: fence})
 	t := r2.Wait(ctx.Done(), c.quorum)
-	validity := clock.Validity(cfg.ttl, c.clk.Since(r.Started()), cfg.driftFactor)
+	validity := clock.Validity(l.ttl, c.clk.Since(r.Started()), l.drift)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
-		l := newLock(ch, cfg, r.Started())
-		l.fence = fence
-		return l, nil
+		l.grant(r.Started(), fence)
+		return nil
 	}
-	qe := newQuorumError("confirm", ch.k.Name, c, r2, ErrNotAcquired, ctx)
+	qe := newQuorumError("confirm", l.k.Name, c, r2.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
-	return nil, qe
+	return qe
 }
 
 // rollback releases a failed attempt's token through its chain: on every
@@ -473,19 +475,22 @@ func (c *Client) confirm(ctx context.Context, ch *chain, cfg *config, r *quorum.
 // SET returns (a lost or late reply may hide a SET that took effect). It
 // returns once the nodes that answered Done have released, so that a
 // competitor is not kept waiting; the others finish in the background.
-func (c *Client) rollback(ctx context.Context, ch *chain, r *quorum.Round) {
-	ch.send(ctx, "release", release(false))
+func (c *Client) rollback(ctx context.Context, l *Lock, r *round) {
+	l.ch.send(ctx, command{op: "release"})
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {
 			granted = append(granted, i)
 		}
 	}
-	ch.wait(granted)
+	l.ch.wait(granted)
 }
 
+// newToken returns 16 random bytes from crypto/rand in hex.
 func newToken() string {
 	var b [16]byte
+	var h [32]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }

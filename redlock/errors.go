@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
 )
 
 var (
@@ -95,12 +95,6 @@ type QuorumError struct {
 	nodes    *multierror.Error
 }
 
-// newQuorumError describes round r of client c; ctx is the caller's
-// context, whose end (if it ended) the error carries.
-func newQuorumError(op, key string, c *Client, r *quorum.Round, sentinel error, ctx context.Context) *QuorumError {
-	return newQuorumErrorOf(op, key, c, r.Replies, sentinel, ctx)
-}
-
 // notStarted is the error of an operation that sent nothing because ctx
 // had already ended.
 func notStarted(op, key string, c *Client, ctx context.Context, sentinel error) *QuorumError {
@@ -108,10 +102,12 @@ func notStarted(op, key string, c *Client, ctx context.Context, sentinel error) 
 	for i := range replies {
 		replies[i].Node = i
 	}
-	return newQuorumErrorOf(op, key, c, replies, sentinel, ctx)
+	return newQuorumError(op, key, c, replies, sentinel, ctx)
 }
 
-func newQuorumErrorOf(op, key string, c *Client, replies []quorum.Reply, sentinel error, ctx context.Context) *QuorumError {
+// newQuorumError describes a round of client c from its replies; ctx is
+// the caller's context, whose end (if it ended) the error carries.
+func newQuorumError(op, key string, c *Client, replies []quorum.Reply, sentinel error, ctx context.Context) *QuorumError {
 	e := &QuorumError{Op: op, Key: key, Need: c.quorum, Replies: make([]Reply, len(replies)), Attempts: 1,
 		sentinel: sentinel, count: quorum.Tally(replies)}
 	e.setContext(ctx)

@@ -178,7 +178,7 @@ func (f *fakeNode) count(op string) int {
 func (f *fakeNode) Addr() string { return f.addr }
 func (f *fakeNode) Close() error { return nil }
 
-func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "acquire"); err != nil {
 		return node.Result{}, err
@@ -186,7 +186,13 @@ func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e, ok := f.get(key); ok {
-		return node.Result{Status: node.Taken, TTL: e.until.Sub(f.clk.Now())}, nil
+		switch {
+		case e.token == token:
+			return node.Result{Status: node.Done}, nil
+		case holderTTL:
+			return node.Result{Status: node.Taken, TTL: e.until.Sub(f.clk.Now())}, nil
+		}
+		return node.Result{Status: node.Taken}, nil
 	}
 	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
 	return node.Result{Status: node.Done}, nil

@@ -18,17 +18,19 @@ type Lock struct {
 	c     *Client
 	k     node.Key
 	ttl   time.Duration // the TTL it was taken with; KeepAlive extends by it
-	taken time.Time     // start of the acquisition, for MaxHold
 	drift float64
 	keep  keepPolicy
-	fence int64 // 0 unless fenced
+	// Set by grant, before the Lock is handed out, and never changed.
+	taken time.Time // start of the acquisition, for MaxHold
+	fence int64     // 0 unless fenced
 
 	// op is a one-slot semaphore: Extend and Unlock hold it while they
 	// send and count, so that the lock's commands enter ch one at a time.
 	// Waiting for it honours the caller's context.
 	op chan struct{}
-	// ch is the lock's command chain, guarded by op.
-	ch *chain
+	// ch is the lock's command chain: its commands are issued by the
+	// attempt that made the lock, then by whoever holds op.
+	ch chain
 
 	// mu guards until and released and is held only briefly, so that
 	// TTL and Until never wait for the network.
@@ -38,11 +40,20 @@ type Lock struct {
 	released bool      // Unlock was called
 }
 
-// newLock returns the lock that chain ch acquired with cfg in a round that
-// began at start.
-func newLock(ch *chain, cfg *config, start time.Time) *Lock {
-	return &Lock{c: ch.c, k: ch.k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep,
-		op: make(chan struct{}, 1), ch: ch, until: clock.Until(start, cfg.ttl, cfg.driftFactor), from: start, taken: start}
+// newLock returns the lock an attempt of c with cfg tries to take as k;
+// it holds nothing until grant.
+func newLock(c *Client, k node.Key, cfg *config) *Lock {
+	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep}
+	l.ch = chain{c: c, k: k, timeout: cfg.timeout()}
+	return l
+}
+
+// grant makes l held from a round that began at start, with fence (0
+// unless fenced).
+func (l *Lock) grant(start time.Time, fence int64) {
+	l.op = make(chan struct{}, 1)
+	l.taken, l.from, l.fence = start, start, fence
+	l.until = clock.Until(start, l.ttl, l.drift)
 }
 
 // Key returns the locked key, prefix included.
@@ -177,7 +188,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // everything else.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	c, k := l.c, l.k
-	r := l.ch.send(ctx, "extend", extend(ttl))
+	r := l.ch.send(ctx, command{op: "extend", ttl: ttl})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
 	newUntil := clock.Until(r.Started(), ttl, l.drift)
@@ -191,7 +202,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	if ok {
 		return nil
 	}
-	qe := newQuorumError("extend", k.Name, c, r, nil, ctx)
+	qe := newQuorumError("extend", k.Name, c, r.Replies, nil, ctx)
 	qe.Validity = validity
 	if !inTime || t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
@@ -235,7 +246,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // had run out before Unlock was called.
 func (l *Lock) unlock(ctx context.Context, expired bool) error {
 	c := l.c
-	r := l.ch.send(ctx, "release", release(true))
+	r := l.ch.send(ctx, command{op: "release", announce: true})
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
 	case expired:
@@ -243,7 +254,7 @@ func (l *Lock) unlock(ctx context.Context, expired bool) error {
 	case t.Reached(c.quorum):
 		return nil
 	}
-	qe := newQuorumError("unlock", l.k.Name, c, r, nil, ctx)
+	qe := newQuorumError("unlock", l.k.Name, c, r.Replies, nil, ctx)
 	if t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
 	}

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
 )
 
 // WithNotifications turns release notifications on or off. On (the
@@ -22,35 +22,44 @@ func WithNotifications(on bool) Option { return func(c *config) { c.quiet = !on 
 // nodes; the next one's turn comes when the head is done (it got the
 // lock, or gave up).
 type turnstile struct {
-	waiters []chan struct{} // waiters[0] is the head; its channel is closed
+	// waiters[0] is the head. A waiter is its turn channel, closed when
+	// it becomes the head; one that found the queue empty is the head at
+	// once and has none (nil): the uncontended Lock makes no channel.
+	waiters []chan struct{}
+	first   [1]chan struct{} // backing array for the usual single waiter
 }
 
-// join queues a Lock call for key. turn is closed when it is the head;
-// leave must be called once, whatever happened.
-func (c *Client) join(key string) (turn <-chan struct{}, leave func()) {
-	ch := make(chan struct{})
+// join queues a Lock call for key and returns its turn: nil when it is
+// the head already, otherwise a channel closed when it becomes the head.
+// leave must be called once with the same turn, whatever happened.
+func (c *Client) join(key string) (turn chan struct{}) {
 	c.qmu.Lock()
+	defer c.qmu.Unlock()
 	q := c.queues[key]
 	if q == nil {
 		q = &turnstile{}
+		q.waiters = q.first[:0]
 		c.queues[key] = q
 	}
-	q.waiters = append(q.waiters, ch)
-	if len(q.waiters) == 1 {
-		close(ch)
+	if len(q.waiters) > 0 {
+		turn = make(chan struct{})
 	}
-	c.qmu.Unlock()
-	return ch, func() {
-		c.qmu.Lock()
-		defer c.qmu.Unlock()
-		i := slices.Index(q.waiters, ch)
-		q.waiters = slices.Delete(q.waiters, i, i+1)
-		switch {
-		case len(q.waiters) == 0:
-			delete(c.queues, key)
-		case i == 0:
-			close(q.waiters[0])
-		}
+	q.waiters = append(q.waiters, turn)
+	return turn
+}
+
+// leave takes the Lock call whose turn is turn out of key's queue.
+func (c *Client) leave(key string, turn chan struct{}) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[key]
+	i := slices.Index(q.waiters, turn)
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	switch {
+	case len(q.waiters) == 0:
+		delete(c.queues, key)
+	case i == 0:
+		close(q.waiters[0])
 	}
 }
 

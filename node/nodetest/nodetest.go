@@ -20,7 +20,9 @@
 //
 //   - Run the scripts of node.LuaScripts (EVALSHA, then EVAL on NOSCRIPT,
 //     within the same call's deadline) and read their replies with
-//     node.ParseAcquire, ParseStatus and ParseInspect. Never emulate a
+//     node.ParseAcquire, ParseStatus and ParseInspect. A plain Acquire
+//     (holderTTL false) may instead send SET key token NX PX ttl GET and
+//     read it with node.ParseSet. Never emulate a
 //     script with several commands: the token check and the write must be
 //     one atomic step.
 //   - Bound every call by its context's deadline: waiting for a pooled
@@ -204,24 +206,28 @@ func (e *env) result(res node.Result, err error, want node.Status, what string) 
 func testAcquire(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:acquire", Token: "tok-1"}
-	res := e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second))(node.Done, "acquire of a free key")
+	res := e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second, false))(node.Done, "acquire of a free key")
 	assert.Equal(t, node.Result{Status: node.Done}, res, "a plain acquire reports no TTL and no fence")
 	assert.Equal(t, "tok-1", e.get(k.Name))
 	assert.InDelta(t, 10*time.Second, e.pttl(k.Name), float64(time.Second), "the key lives the TTL")
 
-	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute))(node.Taken, "acquire of a held key")
-	assert.Greater(t, res.TTL, time.Duration(0), "a refused acquire reports the holder's TTL")
+	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, false))(node.Taken, "acquire of a held key")
+	assert.LessOrEqual(t, res.TTL, 10*time.Second, "a refused plain acquire reports the holder's TTL or 0")
+	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, true))(node.Taken, "acquire of a held key, asking for its TTL")
+	assert.Greater(t, res.TTL, time.Duration(0), "a refused acquire asked for it reports the holder's TTL")
 	assert.LessOrEqual(t, res.TTL, 10*time.Second)
 	assert.Equal(t, "tok-1", e.get(k.Name), "a refused acquire changes nothing")
 
 	// The same command twice, as a client that retries after a lost
-	// reply sends it: Done, and the key lives the TTL again.
-	e.do("PEXPIRE", k.Name, 3000)
-	e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second))(node.Done, "a repeated acquire of one's own key")
-	assert.Greater(t, e.pttl(k.Name), 5*time.Second, "a repeated acquire sets the TTL again")
+	// reply sends it: Done, in both forms.
+	for _, holderTTL := range []bool{false, true} {
+		e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second, holderTTL))(node.Done, fmt.Sprintf("a repeated acquire of one's own key (holderTTL %v)", holderTTL))
+		assert.Equal(t, "tok-1", e.get(k.Name))
+		assert.Greater(t, e.pttl(k.Name), time.Duration(0), "the key still expires")
+	}
 
 	e.do("SET", "lk:forever", "someone")
-	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:forever", Token: "tok"}, time.Second))(node.Taken, "acquire of a key without expiry")
+	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:forever", Token: "tok"}, time.Second, true))(node.Taken, "acquire of a key without expiry")
 	assert.Zero(t, res.TTL, "a holder without expiry: TTL unknown")
 	e.do("DEL", k.Name, "lk:forever")
 }
@@ -237,7 +243,7 @@ func (e *env) resultOf(res node.Result, err error) func(node.Status, string) nod
 func testExtend(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:extend", Token: "tok-1"}
-	e.resultOf(e.n.Acquire(e.ctx, k, 2*time.Second))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, k, 2*time.Second, false))(node.Done, "acquire")
 	e.resultOf(e.n.Extend(e.ctx, k, 30*time.Second))(node.Done, "extend of one's own key")
 	assert.Greater(t, e.pttl(k.Name), 20*time.Second, "extend lengthens the TTL")
 	e.resultOf(e.n.Extend(e.ctx, k, time.Second))(node.Done, "a shorter extend")
@@ -255,7 +261,7 @@ func testExtend(t *testing.T, f Factory) {
 func testRelease(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:release", Token: "tok-1"}
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
 	e.resultOf(e.n.Release(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, true))(node.Taken, "release with another token")
 	assert.Equal(t, "tok-1", e.get(k.Name), "a release with another token deletes nothing")
 
@@ -266,7 +272,7 @@ func testRelease(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "a silent release")
 	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire again")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire again")
 	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
 	msg := receive(t, sub, 5*time.Second)
 	require.NotNil(t, msg, "an announced release is published")
@@ -302,7 +308,7 @@ func testInspect(t *testing.T, f Factory) {
 	info, err := in.Inspect(e.ctx, "lk:inspect")
 	require.NoError(t, err)
 	assert.Equal(t, node.Info{}, info, "an absent key")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:inspect", Token: "tok-1"}, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:inspect", Token: "tok-1"}, time.Minute, false))(node.Done, "acquire")
 	info, err = in.Inspect(e.ctx, "lk:inspect")
 	require.NoError(t, err)
 	assert.Equal(t, "tok-1", info.Token)
@@ -320,9 +326,9 @@ func testBinarySafe(t *testing.T, f Factory) {
 		{Name: "lk:with space\r\n*3", Token: "tok\x00en"},
 		{Name: "lk:ключ-\xff\xfe", Token: "токен \"quoted\" 'x'"},
 	} {
-		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, fmt.Sprintf("acquire %q", k.Name))
+		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, fmt.Sprintf("acquire %q", k.Name))
 		assert.Equal(t, k.Token, e.get(k.Name), "the token is stored byte for byte")
-		e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: k.Token + "x"}, time.Minute))(node.Taken, "another token")
+		e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: k.Token + "x"}, time.Minute, false))(node.Taken, "another token")
 		e.resultOf(e.n.Extend(e.ctx, k, 2*time.Minute))(node.Done, "extend")
 		e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
 	}
@@ -340,7 +346,7 @@ func testConcurrent(t *testing.T, f Factory) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			results[i], errs[i] = e.n.Acquire(ctx, node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", i)}, time.Minute)
+			results[i], errs[i] = e.n.Acquire(ctx, node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", i)}, time.Minute, false)
 		}()
 	}
 	wg.Wait()
@@ -364,7 +370,7 @@ func testNoScript(t *testing.T, f Factory) {
 	k := node.Key{Name: "lk:noscript", Token: "tok-1"}
 	flush := func() { e.t.Helper(); e.do("SCRIPT", "FLUSH") }
 	flush()
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire after SCRIPT FLUSH")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire after SCRIPT FLUSH")
 	flush()
 	e.resultOf(e.n.Extend(e.ctx, k, time.Minute))(node.Done, "extend after SCRIPT FLUSH")
 	if in, ok := e.n.(node.Inspector); ok {
@@ -390,7 +396,7 @@ func testNoScript(t *testing.T, f Factory) {
 func calls(n node.Node) map[string]func(context.Context) error {
 	k := deadlineKey
 	m := map[string]func(context.Context) error{
-		"acquire": func(ctx context.Context) error { _, err := n.Acquire(ctx, k, time.Minute); return err },
+		"acquire": func(ctx context.Context) error { _, err := n.Acquire(ctx, k, time.Minute, false); return err },
 		"extend":  func(ctx context.Context) error { _, err := n.Extend(ctx, k, time.Minute); return err },
 		"release": func(ctx context.Context) error { _, err := n.Release(ctx, k, true); return err },
 	}
@@ -460,7 +466,7 @@ func testBlackhole(t *testing.T, f Factory) {
 func testStalled(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:stalled", Token: "tok-1"}
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, time.Minute))(node.Done, "warm-up")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, time.Minute, false))(node.Done, "warm-up")
 	stalled := make(chan error, 1)
 	go func() {
 		_, err := e.admin.Do(context.Background(), "DEBUG", "SLEEP", "0.6")
@@ -468,7 +474,7 @@ func testStalled(t *testing.T, f Factory) {
 	}()
 	time.Sleep(100 * time.Millisecond) // the server is asleep
 	bounded(t, "acquire on a stalled server", 150*time.Millisecond, func(ctx context.Context) error {
-		_, err := e.n.Acquire(ctx, k, time.Minute)
+		_, err := e.n.Acquire(ctx, k, time.Minute, false)
 		return err
 	})
 	require.NoError(t, <-stalled)
@@ -522,9 +528,9 @@ func testNoLateSend(t *testing.T, f Factory) {
 	p := newHoldProxy(t, e.addr, "lk:nolate")
 	n := newNode(t, f, Server{Addr: p.addr, Timeout: timeout})
 	warm := node.Key{Name: "lk:warm", Token: "w"}
-	e.resultOf(n.Acquire(e.ctx, warm, time.Minute))(node.Done, "warm-up")
+	e.resultOf(n.Acquire(e.ctx, warm, time.Minute, false))(node.Done, "warm-up")
 	check("acquire, pooled connection", p, func(ctx context.Context) error {
-		_, err := n.Acquire(ctx, node.Key{Name: "lk:nolate", Token: "tok"}, time.Minute)
+		_, err := n.Acquire(ctx, node.Key{Name: "lk:nolate", Token: "tok"}, time.Minute, false)
 		return err
 	})
 	// What was sent in time applied: the server was slow, not stopped.
@@ -635,7 +641,7 @@ func testNotRedis(t *testing.T, f Factory) {
 	n := newNode(t, f, Server{Addr: addr, Timeout: timeout})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	res, err := n.Acquire(ctx, node.Key{Name: "lk:http", Token: "tok"}, time.Minute)
+	res, err := n.Acquire(ctx, node.Key{Name: "lk:http", Token: "tok"}, time.Minute, false)
 	assert.Equal(t, node.Unknown, res.Status)
 	require.ErrorIs(t, err, node.ErrProtocol)
 }
@@ -668,7 +674,7 @@ func testAuth(t *testing.T, f Factory) {
 		what := fmt.Sprintf("user %q, password given: %v", s.Username, s.Password != "")
 		n := newNode(t, f, s)
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := n.Acquire(c, k, time.Minute)
+		_, err := n.Acquire(c, k, time.Minute, false)
 		cancel()
 		require.ErrorIs(t, err, node.ErrAuth, what)
 		var ne *node.Error
@@ -678,7 +684,7 @@ func testAuth(t *testing.T, f Factory) {
 	for _, s := range []Server{{Addr: addr, Password: password}, {Addr: addr, Username: "locker", Password: password + "-u"}} {
 		s.Timeout = timeout
 		n := newNode(t, f, s)
-		res, err := n.Acquire(ctx, k, time.Minute)
+		res, err := n.Acquire(ctx, k, time.Minute, false)
 		require.NoError(t, err, "user %q", s.Username)
 		require.Equal(t, node.Done, res.Status)
 		noSecret(t, "a working node", n.Addr(), fmt.Sprintf("%v", n), fmt.Sprintf("%+v", n))
@@ -704,7 +710,7 @@ func testTLS(t *testing.T, f Factory) {
 	k := node.Key{Name: "lk:tls", Token: "tok"}
 	c, cancel := context.WithTimeout(ctx, 5*time.Second) // handshakes under -race
 	defer cancel()
-	res, err := trusted.Acquire(c, k, time.Minute)
+	res, err := trusted.Acquire(c, k, time.Minute, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
 	res, err = trusted.Release(c, k, false)
@@ -712,7 +718,7 @@ func testTLS(t *testing.T, f Factory) {
 	require.Equal(t, node.Done, res.Status)
 
 	untrusted := newNode(t, f, Server{Addr: addr, TLS: &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}, Timeout: timeout})
-	_, err = untrusted.Acquire(c, k, time.Minute)
+	_, err = untrusted.Acquire(c, k, time.Minute, false)
 	require.ErrorIs(t, err, node.ErrTLS)
 }
 
@@ -731,9 +737,9 @@ func testWatch(t *testing.T, f Factory) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watch did not become ready")
 	}
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
 	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "a silent release")
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
 	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
 	select {
 	case <-released:
@@ -751,7 +757,7 @@ func testWatch(t *testing.T, f Factory) {
 	e.do("CLIENT", "KILL", "TYPE", "pubsub")
 	seen := false
 	for i := 0; i < 100 && !seen; i++ {
-		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
 		e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
 		select {
 		case <-released:
@@ -763,7 +769,7 @@ func testWatch(t *testing.T, f Factory) {
 
 	watch.Stop()
 	watch.Stop() // twice is fine
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
 	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
 	select {
 	case <-released:
@@ -840,7 +846,7 @@ func testClose(t *testing.T, f Factory) {
 	if !ok {
 		t.Skip("the node is not an io.Closer")
 	}
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, time.Minute))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, time.Minute, false))(node.Done, "acquire")
 	require.NoError(t, c.Close())
 	_, err := e.n.Release(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, false)
 	require.ErrorIs(t, err, node.ErrClosed, "a call after Close")

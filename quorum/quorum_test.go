@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock/clock"
-	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -291,7 +291,8 @@ func runPattern(t *testing.T, errs []error, bs []behaviour, probe bool) (probed 
 	release := newGate()
 	defer release.open() // runs before calls.Wait, even when a check fails
 
-	r := quorum.Start(clock.Real{}, n, nil, func(i int) (node.Result, error) {
+	r := new(quorum.Round)
+	r.Start(clock.Real{}, n, quorum.CallFunc(func(i int) (node.Result, error) {
 		defer calls.Done()
 		switch bs[i] {
 		case answerDone:
@@ -305,7 +306,7 @@ func runPattern(t *testing.T, errs []error, bs []behaviour, probe bool) (probed 
 			<-release.wait()
 			return done, nil
 		}
-	})
+	}))
 
 	msg := func() string { return fmt.Sprintf("pattern %v (need %d)", bs, need) }
 	var c quorum.Count
@@ -642,15 +643,19 @@ func TestSkip(t *testing.T) {
 	var called [5]atomic.Bool
 	before := runtime.NumGoroutine()
 	block := make(chan struct{})
-	r := quorum.Start(clock.Real{}, 5, func(i int) error {
-		if i >= 2 {
-			return skipped
-		}
-		return nil
-	}, func(i int) (node.Result, error) {
-		called[i].Store(true)
-		<-block
-		return node.Result{Status: node.Done}, nil
+	r := new(quorum.Round)
+	r.Start(clock.Real{}, 5, skipCalls{
+		skip: func(i int) error {
+			if i >= 2 {
+				return skipped
+			}
+			return nil
+		},
+		call: func(i int) (node.Result, error) {
+			called[i].Store(true)
+			<-block
+			return node.Result{Status: node.Done}, nil
+		},
 	})
 	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 2, "a goroutine for a skipped node")
 	c := r.Wait(nil, quorum.Majority(5))
@@ -663,3 +668,12 @@ func TestSkip(t *testing.T) {
 	c = r.Wait(nil, 2) // both calls' replies
 	assert.Equal(t, 2, c.Done)
 }
+
+// skipCalls is a quorum.Caller and quorum.Skipper made of two functions.
+type skipCalls struct {
+	skip func(i int) error
+	call func(i int) (node.Result, error)
+}
+
+func (s skipCalls) Skip(i int) error                { return s.skip(i) }
+func (s skipCalls) Call(i int) (node.Result, error) { return s.call(i) }

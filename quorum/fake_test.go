@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock/clock"
-	"github.com/quorumlock/redlock/internal/quorum"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
 )
 
 // failTimeout bounds every wait the tests do on something that must
@@ -29,10 +29,12 @@ func start(t *testing.T, clk clock.Clock, n int, call func(i int) (node.Result, 
 		go func() { calls.Wait(); close(done) }()
 		recv(t, done, "every call to return")
 	})
-	return quorum.Start(clk, n, nil, func(i int) (node.Result, error) {
+	r := new(quorum.Round)
+	r.Start(clk, n, quorum.CallFunc(func(i int) (node.Result, error) {
 		defer calls.Done()
 		return call(i)
-	})
+	}))
+	return r
 }
 
 // waitAsync runs r.Wait in its own goroutine (the only one calling Wait on

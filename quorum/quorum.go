@@ -1,16 +1,21 @@
 // Package quorum fans one command out to every node in parallel and counts
-// the replies until the outcome is decided.
+// the replies until the outcome is decided. It is the arithmetic of the
+// Redlock algorithm apart from any Redis client: package redlock builds
+// on it, and it can be read and tested on its own (with a clock.Fake).
 //
 // The outcome is decided when need nodes answered Done, or when so many
 // answered otherwise (or failed) that need is out of reach. need is counted
 // against the configured nodes, never against those that happen to answer,
 // so a partition that hides nodes can only make a quorum harder to reach.
 //
-// The package starts calls and counts; it does not bound them. Each call
-// must return on its own (the caller gives it a deadline). Calls still
-// running when Wait returns go on in their goroutines; their replies are
-// dropped, and whoever must act on them (a rollback) learns of them
-// elsewhere.
+// A Round runs one call per node, each in a goroutine of its own, through
+// a Caller: an interface, so that the caller's per-round state is one
+// struct (it can embed the Round) and no closure is made per round. The
+// package starts calls and counts; it does not bound them. Each call must
+// return on its own (the caller gives it a deadline). Calls still running
+// when Wait returns go on in their goroutines; their replies are kept in
+// the Round's channel for Collect, and whoever must act on them (a
+// rollback) learns of them there or elsewhere.
 package quorum
 
 import (
@@ -89,41 +94,62 @@ func (c Count) Refused(need int) bool {
 	return c.Taken+c.Absent > n-need
 }
 
-// Round is one command fanned out to every node. Wait must be called from
-// one goroutine, the round's owner.
+// Caller makes the calls of a round, one per node.
+type Caller interface {
+	// Call makes node i's call. It runs in a goroutine of its own and
+	// must return by itself, within the deadline the caller gave it.
+	Call(i int) (node.Result, error)
+}
+
+// Skipper is a Caller that can refuse a node before its call starts.
+// Start asks Skip for each node in turn, in Start's goroutine; a non-nil
+// error is that node's reply at once, with no goroutine and no call.
+type Skipper interface {
+	Skip(i int) error
+}
+
+// CallFunc adapts a function to Caller.
+type CallFunc func(i int) (node.Result, error)
+
+// Call calls f.
+func (f CallFunc) Call(i int) (node.Result, error) { return f(i) }
+
+// Round is one command fanned out to every node. The zero Round is ready
+// for Start, so a caller can embed it in a struct of its own and pay for
+// one allocation instead of two. Start and Wait must be called from one
+// goroutine, the round's owner.
 type Round struct {
 	// Replies holds, by node index, the replies Wait received; a node
 	// that had not answered when Wait returned has the zero Reply but for
-	// Node. Written only by Wait.
+	// Node. Written only by Start (for skipped nodes), Wait and Collect.
 	Replies []Reply
 
 	ch    chan Reply // every call's reply; room for all, so no call blocks
 	start time.Time
 	clk   clock.Clock
+	calls Caller
 }
 
-// Start runs call for nodes 0..n-1 in parallel, one goroutine each, and
-// returns at once. call must return by itself (within the deadline the
-// caller gave it). skip, if not nil, is asked first for each node: a
-// non-nil error is that node's reply at once, with no goroutine and no
-// call.
-func Start(clk clock.Clock, n int, skip func(i int) error, call func(i int) (node.Result, error)) *Round {
-	r := &Round{Replies: make([]Reply, n), ch: make(chan Reply, n), start: clk.Now(), clk: clk}
+// Start runs c.Call for nodes 0..n-1 in parallel, one goroutine each, and
+// returns at once. If c is also a Skipper, a node it skips gets its error
+// as the reply and no goroutine. A Round is started once.
+func (r *Round) Start(clk clock.Clock, n int, c Caller) {
+	r.Replies, r.ch, r.start, r.clk, r.calls = make([]Reply, n), make(chan Reply, n), clk.Now(), clk, c
+	skip, _ := c.(Skipper)
 	for i := range r.Replies {
 		r.Replies[i].Node = i
 		if skip != nil {
-			if err := skip(i); err != nil {
+			if err := skip.Skip(i); err != nil {
 				r.ch <- Reply{Node: i, Err: err}
 				continue
 			}
 		}
-		go r.run(i, call)
+		go r.run(i)
 	}
-	return r
 }
 
-func (r *Round) run(i int, call func(int) (node.Result, error)) {
-	res, err := call(i)
+func (r *Round) run(i int) {
+	res, err := r.calls.Call(i)
 	switch {
 	case err != nil:
 		res = node.Result{}
