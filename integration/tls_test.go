@@ -23,7 +23,7 @@ import (
 // and the commands they run (TIME for fenced locks, PUBLISH to announce
 // a release), SUBSCRIBE for waiters to be woken, and PING for
 // idle-connection checks, on the lock keys and their release channels
-// only. The README shows the same rule.
+// only. docs/OPERATIONS.md shows the same rule.
 var lockACL = []string{"on", "resetkeys", "~lk:*", "resetchannels", "&lk:*", "-@all",
 	"+set", "+get", "+del", "+pexpire", "+pttl", "+time", "+eval", "+evalsha",
 	"+publish", "+subscribe", "+unsubscribe", "+ping"}

@@ -79,8 +79,8 @@ func (l *Lock) Token() string {
 // remembers the largest token it has seen can reject the writes of a
 // holder that outlived its lock (a pause, a slow network) with a smaller
 // one. It is 0 for a lock taken without fencing (see Fenced), and fixed
-// for the life of the lock: Extend does not change it. The README's
-// "Fencing tokens" section says which failures can still break the order.
+// for the life of the lock: Extend does not change it. docs/FENCING.md
+// says which failures can still break the order.
 func (l *Lock) Fence() int64 {
 	if l == nil {
 		return 0
