@@ -28,7 +28,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 }
 
 // lockFunc is TryLock or Lock.
-type lockFunc func(*redlock.Client, context.Context, string, ...redlock.LockOption) (*redlock.Lock, error)
+type lockFunc func(*redlock.Client, context.Context, string, ...redlock.Option) (*redlock.Lock, error)
 
 // BenchmarkLockUnlockFenced is BenchmarkLockUnlock with fenced locks: one
 // more round trip (the confirm) per cycle.

@@ -17,7 +17,7 @@ import (
 
 // fencePrefix is prefix, plus a cleanup (run before prefix's check) that
 // deletes the fence counters under it: they outlive the lock keys by
-// design (redlock.FenceCounterTTL).
+// design (a day, see redlock.WithFencing).
 func fencePrefix(t *testing.T, wait time.Duration) string {
 	t.Helper()
 	p := prefix(t, wait)

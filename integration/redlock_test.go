@@ -68,7 +68,7 @@ func TestThreeOfFiveDownFailsFast(t *testing.T) {
 		assert.Contains(t, err.Error(), shared.Addr(i))
 	}
 	// Lock with retries gives up too; the error says how often it tried.
-	_, err = c.Lock(context.Background(), p+"k", redlock.Retry(redlock.LimitRetry(redlock.ExponentialBackoff(time.Millisecond, 5*time.Millisecond), 3)))
+	_, err = c.Lock(context.Background(), p+"k", redlock.WithRetry(redlock.LimitRetry(redlock.ExponentialBackoff(time.Millisecond, 5*time.Millisecond), 3)))
 	require.ErrorAs(t, err, &qe)
 	assert.Equal(t, 3, qe.Attempts)
 }
@@ -139,14 +139,14 @@ func TestExtendAndUnlockOnRealNodes(t *testing.T) {
 	require.ErrorIs(t, l.Unlock(ctx), redlock.ErrNotHeld)
 
 	// An expired lock: extend and unlock say ErrNotHeld, not "taken".
-	short, err := c.TryLock(ctx, p+"short", redlock.TTL(200*time.Millisecond))
+	short, err := c.TryLock(ctx, p+"short", redlock.WithTTL(200*time.Millisecond))
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond)
 	assert.ErrorIs(t, short.Extend(ctx, time.Second), redlock.ErrNotHeld)
 	assert.ErrorIs(t, short.Unlock(ctx), redlock.ErrNotHeld)
 
 	// Taken over after expiry: the old holder cannot touch the new lock.
-	old, err := c.TryLock(ctx, p+"over", redlock.TTL(200*time.Millisecond))
+	old, err := c.TryLock(ctx, p+"over", redlock.WithTTL(200*time.Millisecond))
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond)
 	next, err := c.TryLock(ctx, p+"over")

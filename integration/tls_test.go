@@ -93,7 +93,7 @@ func TestTLSAndACL(t *testing.T) {
 
 	// Fenced locks (TIME in a script) and wake-ups (SUBSCRIBE, PUBLISH)
 	// work within the rule: the waiter's retry delay is an hour.
-	f, err := good.TryLock(ctx, "lk:fenced", redlock.Fenced())
+	f, err := good.TryLock(ctx, "lk:fenced", redlock.WithFencing())
 	require.NoError(t, err)
 	assert.NotZero(t, f.Fence())
 	waiter, err := redlock.Dial(urls("locker:s3cret-pw"), trusted, timeout, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))

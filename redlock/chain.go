@@ -237,12 +237,12 @@ func (ch *chain) wait(which []int) {
 	}
 }
 
-// FenceCounterTTL is how long a key's fence counter lives on a node after
+// fenceCounterTTL is how long a key's fence counter lives on a node after
 // its last grant or confirm (for a lock TTL longer than that, the lock's
 // TTL). A counter that expires starts again from the node's clock (see
 // node.Fencer), above every fence handed out before as long as the
 // nodes' clocks agree to within this time; the TTL only keeps counters of
 // lock names no longer used from piling up.
-const FenceCounterTTL = 24 * time.Hour
+const fenceCounterTTL = 24 * time.Hour
 
-func counterTTL(ttl time.Duration) time.Duration { return max(FenceCounterTTL, ttl) }
+func counterTTL(ttl time.Duration) time.Duration { return max(fenceCounterTTL, ttl) }

@@ -209,7 +209,7 @@ func (c *Client) begin() bool {
 // TryLock makes exactly one attempt to take key. It returns a Lock, or an
 // error wrapping ErrNotAcquired (a *QuorumError) when no majority was had
 // within the validity window, or ErrInvalid for bad input.
-func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err
@@ -222,7 +222,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*
 // the lock, the strategy gives up, or ctx ends. On failure the error is a
 // *QuorumError of the last attempt, wrapping ErrNotAcquired and, when ctx
 // ended, ctx's error.
-func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(key, opts)
 	if err != nil {
 		return nil, err
@@ -354,17 +354,21 @@ func (c *Client) hopeless(qe *QuorumError) bool {
 	return len(c.nodes)-bad < c.quorum
 }
 
-func (c *Client) lockConfig(key string, opts []LockOption) (config, error) {
+func (c *Client) lockConfig(key string, opts []Option) (config, error) {
 	cfg := c.cfg
 	if len(opts) > 0 {
 		// Options may keep the pointer they are given, so it must be a
 		// heap copy; without options cfg stays on the stack.
 		p := new(config)
 		*p = cfg
+		p.only = ""
 		for _, o := range opts {
 			o(p)
 		}
 		cfg = *p
+		if cfg.only != "" {
+			return cfg, fmt.Errorf("%w: %s configures a client (New, Dial), not one lock", ErrInvalid, cfg.only)
+		}
 	}
 	if key == "" {
 		return cfg, fmt.Errorf("%w: empty key", ErrInvalid)

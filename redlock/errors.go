@@ -170,14 +170,6 @@ func (e *QuorumError) Failed() []int {
 	return out
 }
 
-// NodeErrors returns the node errors combined, nil if no node failed.
-func (e *QuorumError) NodeErrors() error {
-	if e.nodes == nil {
-		return nil
-	}
-	return e.nodes
-}
-
 // Error summarises the outcome, e.g.
 // `redlock: acquire "job": lock not acquired: 2 done, 1 taken, 2 failed, 0 no reply (need 3 of 5): node[3] ...`.
 func (e *QuorumError) Error() string {

@@ -53,7 +53,7 @@ func ExampleLock_Extend() {
 	}
 	defer client.Close()
 	ctx := context.Background()
-	lock, err := client.TryLock(ctx, "partition-7", redlock.TTL(5*time.Second))
+	lock, err := client.TryLock(ctx, "partition-7", redlock.WithTTL(5*time.Second))
 	if err != nil {
 		return
 	}

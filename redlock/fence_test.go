@@ -270,7 +270,7 @@ func TestFenceConfirmAfterValidityIsNotAGrant(t *testing.T) {
 }
 
 // TestFenceOnlyWhenAsked: a plain lock sends no confirm and has fence 0;
-// Fenced() on a plain client fences that lock only; Extend keeps the fence.
+// WithFencing() given to one call on a plain client fences that lock only; Extend keeps the fence.
 func TestFenceOnlyWhenAsked(t *testing.T) {
 	fakes, _, c := setup(t, 3)
 	ctx := context.Background()
@@ -283,7 +283,7 @@ func TestFenceOnlyWhenAsked(t *testing.T) {
 		fence, _ := f.counters("a")
 		assert.Zero(t, fence)
 	}
-	l, err = c.TryLock(ctx, "b", redlock.Fenced())
+	l, err = c.TryLock(ctx, "b", redlock.WithFencing())
 	require.NoError(t, err)
 	fence := l.Fence()
 	assert.Greater(t, fence, epoch.UnixMicro()-1)
@@ -309,7 +309,7 @@ func TestFenceNeedsFencers(t *testing.T) {
 	c, err := redlock.New(nodes, redlock.WithClock(clk))
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = c.TryLock(context.Background(), "k", redlock.Fenced())
+	_, err = c.TryLock(context.Background(), "k", redlock.WithFencing())
 	require.ErrorIs(t, err, redlock.ErrInvalid)
 	for _, f := range fakes {
 		assert.Zero(t, f.count("acquire"), "nothing sent")

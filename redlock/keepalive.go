@@ -143,7 +143,7 @@ func (l *Lock) extendAsync(ctx context.Context) (<-chan error, context.CancelFun
 // ran (or Unlock found it no longer held), the error also wraps ErrLost,
 // and errors.Is works for both. If the lock could not be taken, fn is not
 // called and the error is Lock's.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	l, err := c.Lock(ctx, key, opts...)
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 
 // keepAliveSetup takes "k" on three fakes (TTL 9 s on the fake clock) and
 // starts KeepAlive on it once the keeper waits on the clock.
-func keepAliveSetup(t *testing.T, opts ...redlock.LockOption) ([]*fakeNode, *clock.Fake, *redlock.Lock, context.Context, context.CancelFunc) {
+func keepAliveSetup(t *testing.T, opts ...redlock.Option) ([]*fakeNode, *clock.Fake, *redlock.Lock, context.Context, context.CancelFunc) {
 	t.Helper()
 	fakes, clk, c := setup(t, 3, redlock.WithTTL(9*time.Second))
 	l, err := c.TryLock(context.Background(), "k", opts...)
@@ -64,9 +64,9 @@ func TestKeepAliveExtendsAtTheShare(t *testing.T) {
 	assert.Zero(t, clk.Waiters(), "a timer outlived cancel")
 }
 
-// TestKeepAliveShareOption: ExtendAfter(0.5) extends half-way.
+// TestKeepAliveShareOption: WithExtendAfter(0.5) extends half-way.
 func TestKeepAliveShareOption(t *testing.T) {
-	fakes, clk, _, _, _ := keepAliveSetup(t, redlock.ExtendAfter(0.5))
+	fakes, clk, _, _, _ := keepAliveSetup(t, redlock.WithExtendAfter(0.5))
 	clk.Advance(4 * time.Second)
 	time.Sleep(5 * time.Millisecond)
 	assert.Zero(t, extends(fakes))
@@ -104,7 +104,7 @@ func TestKeepAliveLostAtUntilWhileExtendHangs(t *testing.T) {
 
 // TestKeepAliveMargin: LostMargin ends the job that long before Until.
 func TestKeepAliveMargin(t *testing.T) {
-	fakes, clk, l, job, _ := keepAliveSetup(t, redlock.LostMargin(time.Second))
+	fakes, clk, l, job, _ := keepAliveSetup(t, redlock.WithLostMargin(time.Second))
 	for _, f := range fakes {
 		f.setBefore(failOn("extend"))
 	}
@@ -152,7 +152,7 @@ func TestKeepAliveNotHeldEndsAtOnce(t *testing.T) {
 
 // TestKeepAliveMaxHold: the hold bound ends the job with ErrLost.
 func TestKeepAliveMaxHold(t *testing.T) {
-	fakes, clk, _, job, _ := keepAliveSetup(t, redlock.MaxHold(5*time.Second))
+	fakes, clk, _, job, _ := keepAliveSetup(t, redlock.WithMaxHold(5*time.Second))
 	waitWaiters(t, clk, 3)
 	clk.Advance(3 * time.Second)
 	require.Eventually(t, func() bool { return extends(fakes) == 3 }, 5*time.Second, time.Millisecond)
@@ -216,7 +216,7 @@ func TestDo(t *testing.T) {
 	err = c.Do(ctx, "k", func(context.Context) error {
 		t.Error("fn called without the lock")
 		return nil
-	}, redlock.Retry(redlock.NoRetry()))
+	}, redlock.WithRetry(redlock.NoRetry()))
 	assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 }
 

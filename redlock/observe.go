@@ -96,11 +96,13 @@ type BreakerChange struct {
 }
 
 // WithHooks sets the client's hooks. Default: none.
-func WithHooks(h Hooks) Option { return func(c *config) { c.hooks = h } }
+func WithHooks(h Hooks) Option { return clientOnly("WithHooks", func(c *config) { c.hooks = h }) }
 
 // WithBreaker configures the per-node circuit breakers; see Breaker for
 // the defaults. Breaker{Failures: -1} turns them off.
-func WithBreaker(b Breaker) Option { return func(c *config) { c.breaker = b } }
+func WithBreaker(b Breaker) Option {
+	return clientOnly("WithBreaker", func(c *config) { c.breaker = b })
+}
 
 // newNodeBreakers returns one breaker per node, or nil when cfg turns
 // them off. nodeTimeout sets the default Span.

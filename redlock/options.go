@@ -17,7 +17,7 @@ const (
 )
 
 // config is everything an Option can set; a Client keeps one and every
-// Lock call works on a copy that LockOptions may change.
+// Lock call works on a copy that its options may change.
 type config struct {
 	ttl         time.Duration
 	driftFactor float64
@@ -33,6 +33,9 @@ type config struct {
 	breaker     Breaker
 	quiet       bool // release notifications off
 	fenced      bool // fencing tokens on
+	// only names the last option applied that configures a client as a
+	// whole; a Lock, TryLock or Do call refuses such an option.
+	only string
 }
 
 // keepPolicy is how KeepAlive keeps a lock (see the options that set it).
@@ -53,15 +56,25 @@ func defaults() config {
 	}
 }
 
-// Option configures a Client in New or Dial.
+// Option configures a Client in New or Dial, where it sets the default
+// for every lock, or one Lock, TryLock or Do call, where it overrides the
+// client's setting for that call only. Options that configure the client
+// as a whole (its nodes, quorum, clock, logger, hooks, breaker, key
+// prefix, notifications) say so; given to a single call they make it
+// fail with ErrInvalid.
 type Option func(*config)
 
-// LockOption configures one Lock or TryLock call; it overrides the
-// client's setting for that call only.
-type LockOption func(*config)
+// clientOnly marks an option that configures the client as a whole.
+func clientOnly(name string, set func(*config)) Option {
+	return func(c *config) {
+		set(c)
+		c.only = name
+	}
+}
 
 // WithTTL sets how long a lock lives on the nodes unless extended.
-// Default 10s (DefaultTTL). Must be > 0 and a whole number of
+// Default 10s (DefaultTTL). Unless a node timeout is set, the per-node
+// timeout is derived from it. Must be > 0 and a whole number of
 // milliseconds (Redis' PX unit).
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
@@ -82,7 +95,7 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // bound each call by the sooner of it and their own timeout.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
-// WithRetry sets the strategy Lock uses between attempts. Default
+// WithRetry sets the strategy Lock (and Do) use between attempts. Default
 // DefaultRetry(): up to 32 attempts, exponential backoff with full jitter
 // from 10ms to 500ms. TryLock never retries.
 func WithRetry(s RetryStrategy) Option { return func(c *config) { c.retry = s } }
@@ -91,74 +104,71 @@ func WithRetry(s RetryStrategy) Option { return func(c *config) { c.retry = s } 
 // configured nodes; 0 picks the default. Otherwise q must be in
 // [N/2+1, N]: a smaller quorum would let two clients hold the lock at
 // once.
-func WithQuorum(q int) Option { return func(c *config) { c.quorum = q } }
+func WithQuorum(q int) Option { return clientOnly("WithQuorum", func(c *config) { c.quorum = q }) }
 
 // WithKeyPrefix is prepended to every key given to Lock and TryLock.
 // Default "" (none). Lock.Key returns the key with the prefix.
-func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithKeyPrefix(p string) Option {
+	return clientOnly("WithKeyPrefix", func(c *config) { c.prefix = p })
+}
 
 // WithLogger sets where the client logs: a warning for an even node count,
 // debug lines for failed attempts and late clean-ups. Default: discard.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
+	return clientOnly("WithLogger", func(c *config) {
 		if l != nil {
 			c.logger = l
 		}
-	}
+	})
 }
 
 // WithClock sets the client's time source. Default clock.Real (monotonic).
 // Tests and drift experiments inject a clock.Fake or a skewed clock.
 func WithClock(clk clock.Clock) Option {
-	return func(c *config) {
+	return clientOnly("WithClock", func(c *config) {
 		if clk != nil {
 			c.clock = clk
 		}
-	}
+	})
 }
 
 // WithNodeOptions sets the connection pool of nodes made by Dial (pool
 // sizes, TLS). Default: node.Options{} (see its fields). New ignores it.
-func WithNodeOptions(o node.Options) Option { return func(c *config) { c.nodeOptions = o } }
+func WithNodeOptions(o node.Options) Option {
+	return clientOnly("WithNodeOptions", func(c *config) { c.nodeOptions = o })
+}
 
-// WithFencing makes every lock of the client fenced (see Fenced).
-// Default off. Every node must implement node.Fencer (the redigo nodes
-// of Dial do).
+// WithFencing makes locks carry a fencing token, (*Lock).Fence: a number
+// that is larger for every later grant of the same key, by any client,
+// for storage to reject writes of a holder that outlived its lock. Given
+// to New or Dial, every lock of the client is fenced; given to one call,
+// that lock. Default off. It costs a second round trip to the nodes in
+// the acquire, and the nodes keep a counter per key (node.FenceKey) for a
+// day after its last grant. Every node must implement node.Fencer (the
+// redigo nodes of Dial do).
 func WithFencing() Option { return func(c *config) { c.fenced = true } }
 
-// Fenced makes this lock carry a fencing token, (*Lock).Fence: a number
-// that is larger for every later grant of the same key, by any client,
-// for storage to reject writes of a holder that outlived its lock. It
-// costs a second round trip to the nodes in the acquire, and the nodes
-// keep a counter per key (node.FenceKey) for a day after its last grant
-// (FenceCounterTTL). Every node must implement node.Fencer.
-func Fenced() LockOption { return func(c *config) { c.fenced = true } }
+// WithExtendAfter sets when KeepAlive extends the lock: once this share
+// of the TTL has passed since the last successful acquire or extend.
+// Default 1/3 (DefaultExtendAfter), as etcd sessions and Redisson's
+// watchdog: two more tries fit in the validity if one fails. Must be in
+// (0, 1).
+func WithExtendAfter(share float64) Option {
+	return func(c *config) { c.keep.extendAfter = share }
+}
 
-// TTL sets the lock's TTL for one call. Unless the client has an explicit
-// node timeout, the per-node timeout is derived from this TTL.
-func TTL(ttl time.Duration) LockOption { return func(c *config) { c.ttl = ttl } }
-
-// Retry sets the retry strategy for one Lock call.
-func Retry(s RetryStrategy) LockOption { return func(c *config) { c.retry = s } }
-
-// ExtendAfter sets when KeepAlive extends the lock: once this share of the
-// TTL has passed since the last successful acquire or extend. Default 1/3
-// (DefaultExtendAfter), as etcd sessions and Redisson's watchdog: two
-// more tries fit in the validity if one fails. Must be in (0, 1).
-func ExtendAfter(share float64) LockOption { return func(c *config) { c.keep.extendAfter = share } }
-
-// LostMargin makes KeepAlive end the job context this long before
+// WithLostMargin makes KeepAlive end the job context this long before
 // Until() when no extend has succeeded in time, so that the job can wind
 // down while the lock still holds. Default 0: the context ends at Until(),
 // the end of the validity (which already allows for clock drift). Must be
 // >= 0 and below the TTL.
-func LostMargin(d time.Duration) LockOption { return func(c *config) { c.keep.margin = d } }
+func WithLostMargin(d time.Duration) Option { return func(c *config) { c.keep.margin = d } }
 
-// MaxHold bounds how long KeepAlive keeps the lock, counted from the
+// WithMaxHold bounds how long KeepAlive keeps the lock, counted from the
 // start of the acquisition: past it, no more extends are sent and the job
 // context ends with ErrLost. Default 0: no bound. The Redlock description
 // asks to bound extensions so that a stuck job cannot hold a lock forever.
-func MaxHold(d time.Duration) LockOption { return func(c *config) { c.keep.maxHold = d } }
+func WithMaxHold(d time.Duration) Option { return func(c *config) { c.keep.maxHold = d } }
 
 // timeout returns the per-node timeout in force.
 func (c *config) timeout() time.Duration {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
 )
 
@@ -44,4 +45,34 @@ func TestZeroOptionsPickDefaults(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrInvalid, name)
 		assert.Contains(t, err.Error(), "0 for the default", name)
 	}
+}
+
+// TestClientOptionOnOneLock: one Option type serves New and a single
+// call, but an option that configures the client as a whole is refused
+// by a call, with ErrInvalid naming it, and nothing is sent; options that
+// make sense per lock are taken.
+func TestClientOptionOnOneLock(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+	for _, opt := range []redlock.Option{
+		redlock.WithQuorum(5), redlock.WithKeyPrefix("p:"), redlock.WithClock(clk),
+		redlock.WithLogger(nil), redlock.WithHooks(redlock.Hooks{}), redlock.WithBreaker(redlock.Breaker{}),
+		redlock.WithNotifications(false), redlock.WithNodeOptions(node.Options{}),
+	} {
+		l, err := c.TryLock(ctx, "k", opt)
+		assert.Nil(t, l)
+		require.ErrorIs(t, err, redlock.ErrInvalid)
+		assert.Contains(t, err.Error(), "configures a client")
+	}
+	for _, f := range fakes {
+		assert.Zero(t, f.count("acquire"), "a refused call sends nothing")
+	}
+	l, err := c.TryLock(ctx, "k", redlock.WithTTL(time.Minute), redlock.WithDriftFactor(0.02), redlock.WithRetry(redlock.NoRetry()))
+	require.NoError(t, err)
+	assert.Equal(t, time.Minute-time.Minute/50-2*time.Millisecond, l.TTL(), "the call's TTL and drift factor")
+	require.NoError(t, l.Unlock(ctx))
 }

@@ -625,9 +625,9 @@ func TestBadInput(t *testing.T) {
 	defer c.Close()
 	_, err = c.TryLock(context.Background(), "")
 	assert.ErrorIs(t, err, redlock.ErrInvalid)
-	_, err = c.Lock(context.Background(), "k", redlock.TTL(0))
+	_, err = c.Lock(context.Background(), "k", redlock.WithTTL(0))
 	assert.ErrorIs(t, err, redlock.ErrInvalid)
-	_, err = c.TryLock(context.Background(), "k", redlock.TTL(1500*time.Microsecond))
+	_, err = c.TryLock(context.Background(), "k", redlock.WithTTL(1500*time.Microsecond))
 	assert.ErrorIs(t, err, redlock.ErrInvalid)
 	assert.Contains(t, err.Error(), "whole number of milliseconds")
 	for _, f := range fakes {

@@ -15,7 +15,9 @@ import (
 // (node.Watcher) and retries as soon as the holder releases, or when the
 // holder's keys expire on a majority, instead of after its retry delay,
 // which becomes a cap. Off, Lock waits its retry delays only.
-func WithNotifications(on bool) Option { return func(c *config) { c.quiet = !on } }
+func WithNotifications(on bool) Option {
+	return clientOnly("WithNotifications", func(c *config) { c.quiet = !on })
+}
 
 // turnstile is the local FIFO queue of one key: the goroutines of one
 // Client waiting in Lock for the same key. Only the head competes on the

@@ -119,9 +119,9 @@ func flagErr(err error) int {
 // takeLock takes the lock as the flags say. On failure it reports why on
 // stderr and returns the exit code.
 func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Duration, noWait, fence bool, grace time.Duration, stderr io.Writer) (*redlock.Lock, int) {
-	opts := []redlock.LockOption{redlock.LostMargin(grace)}
+	opts := []redlock.Option{redlock.WithLostMargin(grace)}
 	if fence {
-		opts = append(opts, redlock.Fenced())
+		opts = append(opts, redlock.WithFencing())
 	}
 	var (
 		l   *redlock.Lock
@@ -137,7 +137,7 @@ func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Dura
 			defer cancel()
 		}
 		// Retry until the lock is free, wait runs out or a signal comes.
-		opts = append(opts, redlock.Retry(redlock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)))
+		opts = append(opts, redlock.WithRetry(redlock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)))
 		l, err = c.Lock(lctx, key, opts...)
 	}
 	if err == nil {
