@@ -457,7 +457,7 @@ func (e *exp) jumpOnce(ctx context.Context, ttl time.Duration, drift float64, ju
 	a, b := cs[0], cs[1]
 	key := e.key("jump")
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	la, err := a.Lock(lctx, key, redlock.Retry(redlock.ExponentialBackoff(time.Millisecond, 10*time.Millisecond)))
+	la, err := a.Lock(lctx, key, redlock.WithRetry(redlock.ExponentialBackoff(time.Millisecond, 10*time.Millisecond)))
 	cancel()
 	if err != nil {
 		return 0, err
