@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -105,4 +109,89 @@ func short(fn string) string {
 		fn = fn[i+1:]
 	}
 	return fn
+}
+
+// allocPass finds where A's allocations come from: after a warm-up, one
+// batch of allocCycles serial cycles straight to the nodes (urls) with
+// every allocation recorded. With -allocprofile it also writes every
+// contender's allocation profiles. The clients run without hooks, as in
+// the direct set-up.
+func (b *bench) allocPass(urls []string) ([]allocSite, error) {
+	b.log("allocation pass (no proxies): start")
+	cons, err := makeContenders(urls, b.p.setup)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range cons {
+			_ = c.close()
+		}
+	}()
+	sc := scenario{id: "alloc", workers: 1}
+	states := make([]*wstate, len(cons))
+	for i, c := range cons {
+		states[i] = b.newStates(sc, c)[0]
+		b.cycles(states[i], b.p.allocCycles/2, nil) // warm-up: pools, scripts
+	}
+	sites := allocSites(b.p.allocCycles, func() { b.cycles(states[0], b.p.allocCycles, nil) })
+	if b.p.profDir != "" {
+		b.allocProfiles(states)
+	}
+	b.log("allocation pass: done")
+	return sites, nil
+}
+
+// allocProfiles writes, per contender, the allocations of allocCycles
+// cycles as a pprof pair: view with
+//
+//	go tool pprof -sample_index=alloc_objects -base DIR/allocs-X-base.pprof DIR/allocs-X.pprof
+func (b *bench) allocProfiles(states []*wstate) {
+	if err := os.MkdirAll(b.p.profDir, 0o755); err != nil {
+		b.log("allocprofile: %v", err)
+		return
+	}
+	write := func(name string) {
+		runtime.GC()
+		f, err := os.Create(filepath.Join(b.p.profDir, name))
+		if err != nil {
+			b.log("allocprofile: %v", err)
+			return
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			b.log("allocprofile: %v", err)
+		}
+	}
+	old := runtime.MemProfileRate
+	defer func() { runtime.MemProfileRate = old }()
+	for i, st := range states {
+		id := contenderIDs[i]
+		runtime.MemProfileRate = 1
+		write("allocs-" + id + "-base.pprof")
+		b.cycles(st, b.p.allocCycles, nil)
+		time.Sleep(200 * time.Millisecond) // late background calls finish
+		write("allocs-" + id + ".pprof")
+		runtime.MemProfileRate = old
+	}
+	b.log("allocation profiles written to %s", b.p.profDir)
+}
+
+// cycles runs exactly k lock+unlock cycles on one goroutine (this one).
+func (b *bench) cycles(st *wstate, k int, h *hist) {
+	bg := context.Background()
+	for range k {
+		key := st.keys[st.k%len(st.keys)]
+		st.k++
+		t0 := time.Now()
+		if err := st.w.Lock(bg, key); err != nil {
+			st.lockErrs++
+			continue
+		}
+		if err := st.w.Unlock(bg); err != nil {
+			st.unlockErs++
+		}
+		if h != nil {
+			h.add(time.Since(t0))
+		}
+	}
 }

@@ -117,45 +117,37 @@ func boldRatio(cell string) float64 {
 
 // renderBefore writes the before/after comparison: the earlier run's
 // ratios and floors next to this run's (proxied set-up, the only one the
-// earlier harness had, and the mixed one for reference).
-func renderBefore(b *strings.Builder, p params, rs []*scenarioRes, ds []*directRes, bf *beforeRun) {
+// earlier harness had, and the mixed and direct ones for reference).
+func renderBefore(b *strings.Builder, p params, rs []*scenarioRes, bf *beforeRun) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Before and after the redesign\n\n")
 	if bf == nil {
 		w("No earlier report to compare with (`-before %s` not found).\n\n", p.before)
 		return
 	}
-	var prox, mixed *topology
-	for _, s := range rs {
-		switch s.topo.id {
-		case "proxied":
-			prox = s.topo
-		case "mixed":
-			mixed = s.topo
-		}
-	}
-	w("*Before*: `%s`, written by the bench harness of that commit (same method, proxied set-up only; %s; library: %s; %s). *After*: this run. **Two different runs**: each ratio is relative to the floor measured in its own run, and the floors themselves are given so that a shift of the machine's speed between the runs shows.\n\n", bf.path, bf.generated, bf.library, bf.load)
-	w("| figure | before: proxied | after: proxied | after: mixed |\n|---|---|---|---|\n")
-	ratioRow := func(label, id string, k int) {
-		after := func(tp *topology) string {
+	setups := []string{"proxied", "mixed", "direct"}
+	w("*Before*: `%s`, written by the bench harness of that commit (same method, proxied set-up only, plus a direct pass of fixed-length rounds, healthy serial; %s; library: %s; %s). *After*: this run. **Two different runs**: each ratio is relative to the floor measured in its own run, and the floors themselves are given so that a shift of the machine's speed between the runs shows.\n\n", bf.path, bf.generated, bf.library, bf.load)
+	w("| figure | before: proxied | after: proxied | after: mixed | after: direct |\n|---|---|---|---|---|\n")
+	row := func(label, old string, after func(s *scenarioRes) string, id string) {
+		w("| %s | %s |", label, old)
+		for _, tp := range setups {
+			cell := "–"
 			if s := find(rs, tp, id); s != nil {
-				return ratioCell(s.res[k].ratios)
+				cell = after(s)
 			}
-			return "–"
+			w(" %s |", cell)
 		}
-		old := "–"
-		if r, ok := bf.ratio[id]; ok && r[k] > 0 {
-			old = "**" + fmtRatio(r[k]) + "**"
-		}
-		w("| %s | %s | %s | %s |\n", label, old, after(prox), after(mixed))
+		w("\n")
+	}
+	ratioRow := func(label, id string, k int) {
+		row(label, ratioOf(bf.ratio, id, k), func(s *scenarioRes) string { return ratioCell(s.res[k].ratios) }, id)
 	}
 	floorRow := func(label, id string) {
-		after := func(tp *topology) string { return floorFigures(find(rs, tp, id)) }
 		old := "–"
 		if d, ok := bf.scene[id]["D"]; ok {
 			old = fmt.Sprintf("%s cycles/s, cycle p50 %s", d[0], d[1])
 		}
-		w("| %s | %s | %s | %s |\n", label, old, after(prox), after(mixed))
+		row(label, old, floorFigures, id)
 	}
 	ratioRow("healthy serial: A ÷ floor", "healthy-serial", 0)
 	ratioRow("healthy serial: C (go-redsync fail-fast, unchanged code) ÷ floor", "healthy-serial", 2)
@@ -165,12 +157,15 @@ func renderBefore(b *strings.Builder, p params, rs []*scenarioRes, ds []*directR
 	floorRow("one node blackholed: the floor D", "blackhole")
 	ratioRow(fmt.Sprintf("one node +%v: A ÷ floor", p.latency), "latency", 0)
 	floorRow(fmt.Sprintf("one node +%v: the floor D", p.latency), "latency")
-	if len(ds) > floorIdx {
-		w("| direct pass: A allocations per cycle | %s | %.1f | (same pass) |\n", fmtNum(bf.allocs[0]), median(ds[0].allocs))
-		w("| direct pass: A bytes per cycle | %s | %.0f | |\n", fmtNum(bf.bytes[0]), median(ds[0].bytes))
-		w("| direct pass: A CPU per cycle | %s | %.0fµs | |\n", orDash(bf.cpu[0]), median(ds[0].cpu))
-		w("| direct pass: A ÷ floor | %s | %s | |\n", ratioOf(bf.ratio, "healthy-serial, direct (no proxies)", 0), ratioCell(ds[0].ratios))
-		w("| direct pass: the floor D (allocs, CPU, cycle p50) | %s, %s, %s | %.1f, %.0fµs, %s | |\n", fmtNum(bf.allocs[3]), orDash(bf.cpu[3]), orDash(bf.p50[3]), median(ds[floorIdx].allocs), median(ds[floorIdx].cpu), fmtDur(ds[floorIdx].cycle.q(0.5)))
+	// The earlier direct pass against this run's direct set-up: both
+	// healthy, serial, no proxy.
+	if d := find(rs, "direct", "healthy-serial"); d != nil {
+		a, f := roundMedians(d.res[0]), roundMedians(d.res[floorIdx])
+		w("| no proxies, healthy serial: A allocations per cycle | %s | | | %.1f |\n", fmtNum(bf.allocs[0]), a.allocs)
+		w("| no proxies: A bytes per cycle | %s | | | %.0f |\n", fmtNum(bf.bytes[0]), a.bytes)
+		w("| no proxies: A CPU per cycle | %s | | | %s |\n", orDash(bf.cpu[0]), fmtDur(a.cpu))
+		w("| no proxies: A ÷ floor | %s | | | %s |\n", ratioOf(bf.ratio, "healthy-serial, direct (no proxies)", 0), ratioCell(d.res[0].ratios))
+		w("| no proxies: the floor D (allocs, CPU, cycle p50) | %s, %s, %s | | | %.1f, %s, %s |\n", fmtNum(bf.allocs[3]), orDash(bf.cpu[3]), orDash(bf.p50[3]), f.allocs, fmtDur(f.cpu), fmtDur(d.res[floorIdx].cycle.q(0.5)))
 	}
 	w("\n")
 }

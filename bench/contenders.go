@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +62,73 @@ type setup struct {
 }
 
 func hostPort(u string) string { return strings.TrimPrefix(u, "redis://") }
+
+// contenderIDs are the contenders, in the order of every result slice
+// (res, per, ds ...): A first; the floor, D, at floorIdx.
+var contenderIDs = []string{"A", "B", "C", "D", "E"}
+
+// floorIdx is the raw floor's (D's) index in contenderIDs and in every
+// result slice: the contender every ratio is relative to.
+var floorIdx = slices.Index(contenderIDs, "D")
+
+// makeContender returns a fresh instance of contender id (own pools, no
+// connection yet).
+func makeContender(id string, urls []string, s setup) (*contender, error) {
+	switch id {
+	case "A":
+		return newOurs(urls, s)
+	case "B":
+		return newRedsync(urls, s, false), nil
+	case "C":
+		return newRedsync(urls, s, true), nil
+	case "D":
+		return newRaw(urls, s)
+	case "E":
+		return newOursGoredis(urls, s)
+	}
+	return nil, fmt.Errorf("no contender %q", id)
+}
+
+func makeContenders(urls []string, s setup) ([]*contender, error) {
+	var out []*contender
+	for _, id := range contenderIDs {
+		c, err := makeContender(id, urls, s)
+		if err != nil {
+			for _, o := range out {
+				_ = o.close()
+			}
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// primeScripts runs one lock+unlock cycle of every contender on urls.
+func (b *bench) primeScripts(urls []string) error {
+	cons, err := makeContenders(urls, b.p.setup)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range cons {
+			_ = c.close()
+		}
+	}()
+	for _, c := range cons {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		w := c.newWorker()
+		err := w.Lock(ctx, "bench:prime:"+c.id)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.id, err)
+		}
+	}
+	return nil
+}
 
 // --- A: this library -------------------------------------------------------
 

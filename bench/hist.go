@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"math/bits"
+	"sort"
 	"time"
 )
 
@@ -81,4 +83,29 @@ func (h *hist) q(q float64) time.Duration {
 		}
 	}
 	return h.max
+}
+
+// median returns the median of xs, 0 when it is empty.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// minMax returns the smallest and largest of xs, zeros when it is empty.
+func minMax[T cmp.Ordered](xs []T) (lo, hi T) {
+	if len(xs) == 0 {
+		return lo, hi
+	}
+	lo, hi = xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return lo, hi
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -111,9 +110,11 @@ func libraryState() string {
 	return "commit " + head + " plus uncommitted changes in the working tree (" + strings.Join(files, "; ") + ") — the bench builds the working tree through `replace ../`"
 }
 
-func find(rs []*scenarioRes, tp *topology, id string) *scenarioRes {
+// find returns the result of scenario id in set-up topo, nil when it
+// did not run.
+func find(rs []*scenarioRes, topo, id string) *scenarioRes {
 	for _, r := range rs {
-		if r.topo == tp && r.sc.id == id {
+		if r.topo.id == topo && r.sc.id == id {
 			return r
 		}
 	}
@@ -196,22 +197,6 @@ func nodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/200, 5*time.Millisecond), 250*time.Millisecond)
 }
 
-// Targets of the issue, for A.
-const (
-	targetFault   = 1.05 // one node blackholed or +30 ms: time per cycle ÷ floor's
-	targetCPU     = 1.1  // CPU per cycle ÷ floor's, blackholed
-	targetGor     = 10   // client goroutines left at the end of a round, blackholed
-	targetAllocs  = 3.0  // allocations per cycle (direct pass) at most this many above before
-	targetHealthy = 0.05 // healthy serial: change of A's ratio within max(this, C's change)
-)
-
-func metCell(v string, ok bool) string {
-	if ok {
-		return v + " — **met**"
-	}
-	return v + " — **UNMET**"
-}
-
 func medianInts(xs []int) float64 {
 	f := make([]float64, len(xs))
 	for i, x := range xs {
@@ -253,7 +238,9 @@ func floorFigures(s *scenarioRes) string {
 	return fmt.Sprintf("%.0f cycles/s, cycle p50 %s", rate(n, el), fmtDur(d.cycle.q(0.5)))
 }
 
-func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, diag []diagRes, bf *beforeRun, total time.Duration, e env) string {
+// render writes the report: the headline and the targets first, then the
+// machine, the method, the summaries and every set-up's details.
+func render(p params, topos []*topology, rs []*scenarioRes, sites []allocSite, diag []diagRes, bf *beforeRun, total time.Duration, e env) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	mode := "full"
@@ -276,6 +263,8 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 
 	w("# Redlock lock+unlock benchmark: quorumlock/redlock (redigo and go-redis nodes) vs go-redsync vs a raw floor\n\n")
 	w("Generated %s, %s run, took %s (the whole `go run`, cluster start to report, build excluded).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), mode, total.Round(time.Second))
+	renderHeadline(&b, p, rs)
+	renderTargets(&b, p, rs)
 	w("## Machine\n\n")
 	w("- CPU: %s, %d logical cores (GOMAXPROCS %d)\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	w("- Go: %s %s/%s; kernel %s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, cmdOut("uname", "-r"))
@@ -288,177 +277,53 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 	w("This report: `cd bench && go run . %s`. ", args)
 	w("%d interleaved rounds per scenario, %v per contender per round (order rotates: %s, %s, …), after a %v warm-up per contender. ", p.rounds, p.roundDur, strings.Join(contenderIDs, " "), strings.Join(append(contenderIDs[1:len(contenderIDs):len(contenderIDs)], contenderIDs[0]), " "), p.warmup)
 	w("Goroutine passes: each contender alone for %v (%v when blackholed). ", p.tail, p.tailBH)
-	w("Direct (no proxy) pass: %d rotating rounds × %d serial cycles per contender.\n\n", p.directRounds, p.directCycles)
+	w("Allocation sites: one more batch of %d serial cycles of A, no proxies, after the scenarios.\n\n", p.allocCycles)
 
 	w("## Set-ups\n\n")
 	w("Five `redis-server` processes on loopback (`cluster.Start`, process backend); faults are injected by an **in-process toxiproxy** in front of a node. The same run measures, one after the other:\n\n")
-	w("1. **proxied** — every node behind its toxiproxy (the set-up of earlier reports). The proxies run in this process: they cost CPU, allocations and goroutines in the same process as the clients, equally for all contenders, and on 2 cores they compete with the clients and the five Redis servers. That compresses every ratio towards 1.\n")
-	w("2. **mixed** — only the faulty node, node %d, behind its toxiproxy; nodes 1–%d reached directly. The quorum comes from the direct nodes, so the proxies no longer sit in every cycle, and differences between clients are no longer diluted by proxy work. Healthy serial, +%v and blackholed only.\n", fault, p.faultNode, p.latency)
-	w("3. **direct pass** — no proxy at all, healthy, serial, a fixed number of cycles per round: allocations and CPU per cycle of the clients alone.\n\n")
+	w("1. **direct** — every node reached directly, no proxy at all: the hot path as a user gets it, and the headline. Allocations and CPU per cycle there are the clients' own (the Redis servers are other processes). Scenarios: %s.\n", setupScenarios(p, "direct"))
+	w("2. **proxied** — every node behind its toxiproxy (the set-up of earlier reports). The proxies run in this process: they cost CPU, allocations and goroutines in the same process as the clients, equally for all contenders, and on 2 cores they compete with the clients and the five Redis servers. That compresses every ratio towards 1. Scenarios: %s.\n", setupScenarios(p, "proxied"))
+	w("3. **mixed** — only the faulty node, node %d, behind its toxiproxy; nodes 1–%d reached directly. The quorum comes from the direct nodes, so the proxies no longer sit in every cycle, and differences between clients are no longer diluted by proxy work: the nearest to the direct set-up a fault can be. Scenarios: %s.\n\n", fault, p.faultNode, setupScenarios(p, "mixed"))
 	w("Contenders, all with TTL %v, pool MaxIdle = MaxActive = %d per node, `Wait: true`, redigo dial/read/write timeout %v (the library's `node.Options.Timeout` default) for every pool:\n\n", p.setup.ttl, p.setup.pool, p.setup.sockTimeout)
-	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures in a row over twice the node timeout open it, cooldown 1 s doubling to 30 s), `CheckIdle` 1 s (a pooled connection idle for a second is checked by a non-blocking look at its socket, no round trip; each contender idles ~1.2 s between its rounds). In the two set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; the direct pass runs without hooks.\n", nt, p.latency, fault)
+	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures in a row over twice the node timeout open it, cooldown 1 s doubling to 30 s), `CheckIdle` 1 s (a pooled connection idle for a second is checked by a non-blocking look at its socket, no round trip; each contender idles ~1.2 s between its rounds). In the proxied and mixed set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; in the direct set-up it runs without hooks, as configured by default.\n", nt, p.latency, fault)
 	w("- **B** go-redsync v4, redigo driver, default options except `WithExpiry(10s)`: `NewMutex(key).LockContext` + `UnlockContext`. It waits for every node; its per-attempt context (expiry × 0.05 = 500 ms) bounds only getting a pooled connection, the command is bounded by the socket read timeout (%v).\n", p.setup.sockTimeout)
 	w("- **C** as B plus `WithFailFast(true)` (returns at quorum).\n")
 	w("- **D** raw floor: plain redigo, `SET NX PX` to all 5 in parallel returning at majority, compare-and-delete by `EVALSHA` in parallel returning at majority, one %v deadline per fan-out, `DoWithTimeout` per call; validity check, roll-back and the same retry schedule as A; no late clean-up, no breaker.\n", p.setup.rawTimeout)
-	w("- **E** quorumlock/redlock over go-redis: the same client as A (`redlock.New(nodes, WithTTL(10s))`, same node timeout, breaker, retry; counting hooks of its own where A has them, so that it pays what A pays), its nodes `goredis.NewWithOptions(client, Options{Timeout: %v})` over one go-redis v9 `*redis.Client` per node: `PoolSize` = `MaxIdleConns` = %d, dial/read/write timeout %v, `MaxRetries -1` and `DialerRetries 1` (each command sent once and each dial tried once, as redigo does), `DisableIdentity` and maintenance notifications off (HELLO is a new connection's only round trip), RESP3 (go-redis' default), %s. go-redis has no `CheckIdle` (it checks an idle connection by a non-blocking read of its socket, not a PING).\n\n", p.setup.sockTimeout, p.setup.pool, p.setup.sockTimeout, goredisMode(p.setup))
+	w("- **E** quorumlock/redlock over go-redis: the same client as A (`redlock.New(nodes, WithTTL(10s))`, same node timeout, breaker, retry; counting hooks of its own where A has them, so that it pays what A pays, none in the direct set-up), its nodes `goredis.NewWithOptions(client, Options{Timeout: %v})` over one go-redis v9 `*redis.Client` per node: `PoolSize` = `MaxIdleConns` = %d, dial/read/write timeout %v, `MaxRetries -1` and `DialerRetries 1` (each command sent once and each dial tried once, as redigo does), `DisableIdentity` and maintenance notifications off (HELLO is a new connection's only round trip), RESP3 (go-redis' default), %s. go-redis has no `CheckIdle` (it checks an idle connection by a non-blocking read of its socket, not a PING).\n\n", p.setup.sockTimeout, p.setup.pool, p.setup.sockTimeout, goredisMode(p.setup))
 	w("Scenarios: distinct key per cycle (pre-built key rings, so the harness allocates nothing per cycle), each contender's normal retrying Lock. Faults on node %d: +%v = toxiproxy `latency` downstream (every reply, PING included, comes %v late); blackholed = toxiproxy `timeout` 0 upstream (accepts, never answers). %d goroutine(s) in the fault scenarios. Every scenario makes fresh client instances after its fault is in place; blackholed, each contender also gets a fresh instance after every warm-up, round and goroutine pass (node still blackholed), so no contender's backlog burdens the next one's round — which also means A's breakers start closed in every blackholed round and must open again (3 timed-out calls over twice the node timeout).\n\n", fault, p.latency, p.latency, p.faultWorkers)
-	w("Per round and contender: **ratio** = (time per cycle) ÷ (the floor's time per cycle in the same round); **CPU ratio** = (process CPU per cycle, getrusage user+sys) ÷ (the floor's, same round) — process-wide, so it includes the in-process proxies (all five in *proxied*, node %d's in *mixed*); **goroutines at round end** = client (non-proxy) goroutines right after the round's last cycle returned minus right before the round began (after waiting up to 500 ms for the count to settle). Tables give the median over rounds and [min–max].\n\n", fault)
+	w("Per round and contender: **ratio** = (time per cycle) ÷ (the floor's time per cycle in the same round); **p50 ratio** = (the round's cycle p50) ÷ (the floor's, same round); **CPU ratio** = (process CPU per cycle, getrusage user+sys) ÷ (the floor's, same round) — process-wide, so it includes the in-process proxies (all five in *proxied*, node %d's in *mixed*, none in *direct*); **goroutines at round end** = client (non-proxy) goroutines right after the round's last cycle returned minus right before the round began (after waiting up to 500 ms for the count to settle). Tables give the median over rounds and [min–max].\n\n", fault)
 
-	// Targets.
-	w("## Targets (our client, A)\n\n")
-	w("| target |")
-	for _, tp := range ran {
-		w(" %s |", tp.id)
-	}
-	w("\n|---|")
-	for range ran {
-		w("---|")
-	}
-	w("\n")
-	row := func(name string, cell func(tp *topology) string) {
-		w("| %s |", name)
-		for _, tp := range ran {
-			w(" %s |", cell(tp))
-		}
-		w("\n")
-	}
-	ratioTarget := func(id string, target float64) func(*topology) string {
-		return func(tp *topology) string {
-			s := find(rs, tp, id)
-			if s == nil {
-				return "not run"
-			}
-			m := median(s.res[0].ratios)
-			return metCell(fmtRatio(m), m > 0 && m <= target)
-		}
-	}
-	row(fmt.Sprintf("one node blackholed ≤ %.2f× floor", targetFault), ratioTarget("blackhole", targetFault))
-	row(fmt.Sprintf("blackholed: CPU per cycle ≤ %.1f× the floor's", targetCPU), func(tp *topology) string {
-		s := find(rs, tp, "blackhole")
-		if s == nil {
-			return "not run"
-		}
-		m := median(s.res[0].cpuRatios)
-		return metCell(fmtRatio(m), m > 0 && m <= targetCPU)
-	})
-	row(fmt.Sprintf("blackholed: client goroutines at the end of a round ≤ %d (median [min…max] of rounds)", targetGor), func(tp *topology) string {
-		s := find(rs, tp, "blackhole")
-		if s == nil {
-			return "not run"
-		}
-		g := s.res[0].gorEnd
-		return metCell(gorCell(g), len(g) > 0 && medianInts(g) <= targetGor)
-	})
-	row(fmt.Sprintf("one node +%v ≤ %.2f× floor, the breaker not opening on the slow node (A's node timeout: %v)", p.latency, targetFault, nt), func(tp *topology) string {
-		s := find(rs, tp, "latency")
-		if s == nil || len(s.res[0].calls) <= p.faultNode {
-			return "not run"
-		}
-		m := median(s.res[0].ratios)
-		c := s.res[0].calls[p.faultNode]
-		cell := fmt.Sprintf("%s; node %d's breaker opened %d× during the rounds (calls: %d answered, %d timed out, %d skipped)", fmtRatio(m), fault, c.opened, c.ok, c.timeout, c.skipped)
-		if c.opened > 0 || c.skipped > 0 {
-			cell += ": the ratio is that of a client skipping the slow node"
-		}
-		return metCell(cell, m > 0 && m <= targetFault && c.opened == 0 && c.skipped == 0)
-	})
-	row("healthy serial unchanged within noise", func(tp *topology) string {
-		s := find(rs, tp, "healthy-serial")
-		if s == nil {
-			return "not run"
-		}
-		m := median(s.res[0].ratios)
-		if tp.id != "proxied" || bf == nil || bf.ratio["healthy-serial"][0] == 0 {
-			return fmt.Sprintf("%s of the floor, IQR %s (no before figure: the old harness has only the proxied set-up)", fmtRatio(m), iqr(s.res[0].ratios))
-		}
-		old := bf.ratio["healthy-serial"][0]
-		noise := max(targetHealthy, math.Abs(median(s.res[2].ratios)-bf.ratio["healthy-serial"][2]))
-		return metCell(fmt.Sprintf("%s now vs %s before (Δ %+.2f; noise %.2f = max(0.05, C's Δ))", fmtRatio(m), fmtRatio(old), m-old, noise), math.Abs(m-old) <= noise)
-	})
-	row(fmt.Sprintf("contended, %d goroutines of one client: lock wait p99 ≤ 20 ms; sections per goroutine min/max ≥ 0.8; sections/s ≥ the floor's", p.contenders), func(tp *topology) string {
-		s := find(rs, tp, "contended")
-		if s == nil {
-			return "not run"
-		}
-		a, f := s.res[0], s.res[floorIdx]
-		p99 := a.acq.q(0.99)
-		lo, hi := minMax(a.perWorker)
-		fair := 0.0
-		if hi > 0 {
-			fair = float64(lo) / float64(hi)
-		}
-		an, ael := totals(a)
-		fn, fel := totals(f)
-		ra, rf := rate(an, ael), rate(fn, fel)
-		return metCell(fmt.Sprintf("p99 %s; min/max %.2f; %.0f vs %.0f sections/s", fmtDur(p99), fair, ra, rf),
-			p99 <= 20*time.Millisecond && fair >= 0.8 && ra >= rf)
-	})
-	row(fmt.Sprintf("contended across %d clients × %d goroutines: handoff to another client p50 ≤ 2 ms; lock wait p99 ≤ 50 ms", p.clients, p.contenders/p.clients), func(tp *topology) string {
-		s := find(rs, tp, "contended-clients")
-		if s == nil {
-			return "not run"
-		}
-		a := s.res[0]
-		h, p99 := a.gapOther.q(0.5), a.acq.q(0.99)
-		return metCell(fmt.Sprintf("handoff p50 %s (n %d); wait p99 %s", fmtDur(h), a.gapOther.n, fmtDur(p99)),
-			a.gapOther.n > 0 && h <= 2*time.Millisecond && p99 <= 50*time.Millisecond)
-	})
-	row("a holder dies without unlocking: the next waiter holds the lock ≤ 20 ms after the holder's keys expired (p99; upper bound, see the scenario)", func(tp *topology) string {
-		s := find(rs, tp, "holder-dies")
-		if s == nil {
-			return "not run"
-		}
-		a := s.res[0]
-		return metCell(fmt.Sprintf("p50 %s, p99 %s, max %s (n %d); violations %d", fmtDur(a.gap.q(0.5)), fmtDur(a.gap.q(0.99)), fmtDur(a.gap.max), a.gap.n, a.violations),
-			a.gap.n > 0 && a.gap.q(0.99) <= 20*time.Millisecond && a.violations == 0)
-	})
-	if len(ds) > 0 {
-		a := median(ds[0].allocs)
-		cell := fmt.Sprintf("%.1f now", a)
-		ok := bf != nil && bf.allocs[0] > 0
-		if ok {
-			cell = fmt.Sprintf("%.1f now vs %.1f before", a, bf.allocs[0])
-			cell = metCell(cell, a-bf.allocs[0] <= targetAllocs)
-		}
-		w("| allocations per cycle, direct pass, within %.0f of before | %s (direct pass, no proxies; same for both set-ups) |", targetAllocs, cell)
-		for range ran[min(1, len(ran)):] {
-			w(" |")
-		}
-		w("\n")
-	}
-	w("\nThe CPU and goroutine targets are read in the blackholed scenario (a dead node must cost nothing); the summary below gives them for every scenario. \"before\" is commit ccc0598 measured by its own harness in a separate run (see *Before and after*).\n\n")
-
-	// Summary per set-up.
+	// Summary per set-up: the fault set-ups (the direct one is the
+	// headline), one column per summarised scenario that ran there.
 	w("## Summary per set-up (median of per-round values)\n\n")
 	sum := []struct{ id, name string }{{"healthy-serial", "healthy serial"}, {"latency", fmt.Sprintf("+%v", p.latency)}, {"blackhole", "blackholed"}}
 	for _, tp := range ran {
+		var cols []*scenarioRes
+		var names []string
+		for _, sc := range sum {
+			if s := find(rs, tp.id, sc.id); s != nil {
+				cols, names = append(cols, s), append(names, sc.name)
+			}
+		}
+		if tp.id == "direct" || len(cols) == 0 {
+			continue
+		}
 		w("### %s: %s\n\n", tp.id, tp.title)
 		w("| contender |")
 		for _, what := range []string{"time ratio", "CPU ratio", "goroutines at round end"} {
-			for _, sc := range sum {
-				w(" %s: %s |", what, sc.name)
+			for _, name := range names {
+				w(" %s: %s |", what, name)
 			}
 		}
 		w("\n|---|")
-		for range 3 * len(sum) {
+		for range 3 * len(cols) {
 			w("---|")
 		}
 		w("\n")
 		for i, id := range contenderIDs {
-			var name string
-			for _, sc := range sum {
-				if s := find(rs, tp, sc.id); s != nil {
-					name = s.res[i].c.name
-				}
-			}
-			w("| %s %s |", id, name)
+			w("| %s %s |", id, cols[0].res[i].c.name)
 			for k := range 3 {
-				for _, sc := range sum {
-					s := find(rs, tp, sc.id)
-					if s == nil {
-						w(" – |")
-						continue
-					}
+				for _, s := range cols {
 					r := s.res[i]
 					switch k {
 					case 0:
@@ -472,14 +337,11 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 			}
 			w("\n")
 		}
-		w("\nThe floor (D) in this set-up: ")
 		var fl []string
-		for _, sc := range sum {
-			if s := find(rs, tp, sc.id); s != nil {
-				fl = append(fl, sc.name+": "+floorFigures(s))
-			}
+		for k, s := range cols {
+			fl = append(fl, names[k]+": "+floorFigures(s))
 		}
-		w("%s.\n\n", strings.Join(fl, "; "))
+		w("\nThe floor (D) in this set-up: %s.\n\n", strings.Join(fl, "; "))
 	}
 
 	// A's calls to the faulty node.
@@ -509,38 +371,43 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 	}
 
 	// The same client over go-redis nodes.
-	renderGoredis(&b, p, ran, rs, ds)
+	renderGoredis(&b, ran, rs)
 
 	// Before and after.
-	renderBefore(&b, p, rs, ds, bf)
+	renderBefore(&b, p, rs, bf)
 
 	// Allocations.
-	w("## Allocations and CPU per lock+unlock cycle (direct pass, no proxies)\n\n")
-	w("| contender | allocs | bytes | CPU per cycle | cycle p50 | ratio to floor | via proxies, healthy serial: allocs | bytes |\n|---|---|---|---|---|---|---|---|\n")
-	hs := find(rs, findTopo(ran, "proxied"), "healthy-serial")
-	for i, d := range ds {
-		pa, pb := "–", "–"
-		if hs != nil {
-			a, by := allocsPer(hs.res[i])
-			pa, pb = fmt.Sprintf("%.1f", a), fmt.Sprintf("%.0f", by)
+	w("## Allocations and CPU per lock+unlock cycle (direct set-up, healthy serial)\n\n")
+	if ds := find(rs, "direct", "healthy-serial"); ds != nil {
+		hs := find(rs, "proxied", "healthy-serial")
+		w("| contender | allocs | bytes | CPU per cycle | cycle p50 | ratio to floor | via proxies, healthy serial: allocs | bytes |\n|---|---|---|---|---|---|---|---|\n")
+		for i, r := range ds.res {
+			pa, pb := "–", "–"
+			if hs != nil {
+				a, by := allocsPer(hs.res[i])
+				pa, pb = fmt.Sprintf("%.1f", a), fmt.Sprintf("%.0f", by)
+			}
+			m := roundMedians(r)
+			w("| %s %s | %.1f | %.0f | %s | %s | %s | %s | %s |\n", r.c.id, r.c.name, m.allocs, m.bytes, fmtDur(m.cpu), fmtDur(r.cycle.q(0.5)), ratioCell(r.ratios), pa, pb)
 		}
-		w("| %s %s | %.1f | %.0f | %.0fµs | %s | %s | %s | %s |\n", d.c.id, d.c.name, median(d.allocs), median(d.bytes), median(d.cpu), fmtDur(d.cycle.q(0.5)), ratioCell(d.ratios), pa, pb)
+		if hs != nil {
+			pa, _ := allocsPer(hs.res[floorIdx])
+			fa := roundMedians(ds.res[floorIdx]).allocs
+			w("\nThe proxies' share, estimated from the raw floor: %.1f allocations per cycle through the proxies − %.1f direct = **%.1f per cycle** charged to the proxies (and the process' background) in every \"via proxies\" figure.\n", pa, fa, pa-fa)
+		}
+		w("\nAllocations, bytes and CPU per cycle: this process' `runtime.ReadMemStats` and user+system time (getrusage) deltas over each of the contender's rounds in the direct set-up, median of rounds; without proxies they are the client's own cost (the Redis servers are other processes). A and E run without hooks here.\n\n")
+	} else {
+		w("Not run (the direct set-up's healthy-serial scenario was left out).\n\n")
 	}
-	if hs != nil && len(ds) > floorIdx && len(hs.res) > floorIdx {
-		pa, _ := allocsPer(hs.res[floorIdx])
-		fa := median(ds[floorIdx].allocs)
-		w("\nThe proxies' share, estimated from the raw floor: %.1f allocations per cycle through the proxies − %.1f direct = **%.1f per cycle** charged to the proxies (and the process' background) in every \"via proxies\" figure.\n", pa, fa, pa-fa)
-	}
-	w("\nCPU per cycle: this process' user+system time (getrusage) over the contender's direct rounds, median of rounds; without proxies it is the client's own cost (the Redis servers are other processes). A runs without hooks here.\n\n")
-	if len(ds) > 0 && len(ds[0].sites) > 0 {
+	if len(sites) > 0 {
 		var tot float64
-		for _, st := range ds[0].sites {
+		for _, st := range sites {
 			tot += st.perCycle
 		}
-		w("Where A's allocations come from: one more batch of %d direct cycles with every allocation recorded (`MemProfileRate` 1), %.1f objects per cycle in all, by allocating function (innermost frame outside the runtime) and the innermost library function that led to it:\n\n", p.directCycles, tot)
+		w("Where A's allocations come from: one more batch of %d serial cycles, no proxies, with every allocation recorded (`MemProfileRate` 1), %.1f objects per cycle in all, by allocating function (innermost frame outside the runtime) and the innermost library function that led to it:\n\n", p.allocCycles, tot)
 		w("| allocating function | via (library) | objects per cycle |\n|---|---|---|\n")
 		var rest float64
-		for k, st := range ds[0].sites {
+		for k, st := range sites {
 			if k >= 15 || st.perCycle < 0.5 {
 				rest += st.perCycle
 				continue
@@ -559,15 +426,6 @@ func render(p params, topos []*topology, rs []*scenarioRes, ds []*directRes, dia
 	}
 	w("\\* process-wide (see Set-ups): allocations and CPU time of the in-process proxies, and of background calls still finishing, are included.\n")
 	return b.String()
-}
-
-func findTopo(ts []*topology, id string) *topology {
-	for _, t := range ts {
-		if t.id == id {
-			return t
-		}
-	}
-	return nil
 }
 
 // iqr formats the interquartile range of xs.
@@ -609,7 +467,10 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 		}
 		w("\n")
 	}
-	w("\nContended: ratio of time per critical section (inverse throughput).\n\n")
+	w("\n")
+	if slices.ContainsFunc(mine, func(s *scenarioRes) bool { return s.sc.contended }) {
+		w("Contended: ratio of time per critical section (inverse throughput).\n\n")
+	}
 
 	w("### Goroutine passes\n\n")
 	w("Each contender alone, after the interleaved rounds; counts are relative to the baseline taken just before its pass. \"client\" excludes goroutines with a toxiproxy frame; \"proxy\" are the in-process proxies' per-connection goroutines.\n\n")
@@ -624,7 +485,7 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 				g.half-g.halfProxy, g.halfProxy, g.end-g.endProxy, g.endProxy, g.settled-g.settledProxy, g.settledProxy)
 		}
 	}
-	if s := find(rs, tp, "blackhole"); s != nil {
+	if s := find(rs, tp.id, "blackhole"); s != nil {
 		w("\nBlackholed, does the count grow with run length? (pass of %v per contender on a fresh instance; after it the instance is closed, node still blackholed, and the time until its goroutines are gone is measured). \"Grows\" means both: the median of the client goroutine counts sampled at 75, 85 and 95%% of the pass exceeds the median at 25, 35 and 45%% by more than max(32, 50%%), and more than 32 client goroutines are still alive %v after the last cycle.\n\n", p.tailBH, p.settleDur)
 		w("| contender | cycles in pass | client at half | client at end | samples at 5%%, 15%% … 95%% | grows? | gone after Close() in | commands that reached the node (rounds / pass) |\n|---|---|---|---|---|---|---|---|\n")
 		for _, r := range s.res {
@@ -649,40 +510,10 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 	for _, s := range mine {
 		w("#### %s — %s\n\n", tp.id, s.sc.title)
 		w("Scenario took %s.\n\n", s.elapsed.Round(100*time.Millisecond))
-		if s.sc.dies {
-			w("| contender | cycles | first waiter holds, after the holder's expiry: p50 / p99 / max | lock wait p50 / p99 | lock / unlock errors | exclusion violations | ratio median [min–max] |\n|---|---|---|---|---|---|---|\n")
-			for _, r := range s.res {
-				n, _ := totals(r)
-				w("| %s %s | %d | %s / %s / %s | %s / %s | %d / %d | %d | %s |\n", r.c.id, r.c.name, n,
-					fmtDur(r.gap.q(0.5)), fmtDur(r.gap.q(0.99)), fmtDur(r.gap.max),
-					fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), r.lockErrs, r.unlockErrs, r.violations, ratioCell(r.ratios))
-			}
-			w("\nEach cycle: a holder on a client of its own takes a fresh key with a %v TTL and never releases it; both waiters, each on its own client, call Lock at once. \"After the holder's expiry\" is measured from the holder's Lock call + TTL: its keys were set after that, so the figure is an upper bound of the delay after the keys expired on a majority. Lock wait: both waiters, Lock call to grant (the second one waits for the first's section too). A violation is a cycle in which a waiter held the lock before the holder's own validity (from its Lock call: TTL − drift) had ended, or two waiters held it at once. Ratio: time per cycle ÷ the floor's.\n\n", p.dieTTL)
-		} else if s.sc.contended {
-			other := "goroutine"
-			if s.sc.clients > 1 {
-				other = "client"
-			}
-			w("| contender | sections | sections/s | handoff gap p50 / p99 | to another %s: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", other)
-			for _, r := range s.res {
-				n, el := totals(r)
-				lo, hi := minMax(r.perWorker)
-				a, _ := allocsPer(r)
-				w("| %s %s | %d | %.0f | %s / %s | %s / %s (%d) | %s / %s | %d / %d | %d / %d | %d | %d | %.1f | %s |\n", r.c.id, r.c.name, n, rate(n, el),
-					fmtDur(r.gap.q(0.5)), fmtDur(r.gap.q(0.99)), fmtDur(r.gapOther.q(0.5)), fmtDur(r.gapOther.q(0.99)), r.gapOther.n,
-					fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)),
-					lo, hi, r.lockErrs, r.unlockErrs, r.cut, r.violations, a, ratioCell(r.ratios))
-			}
-			w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key.\n\n")
+		if s.sc.table != nil {
+			s.sc.table(b, p, s)
 		} else {
-			w("| contender | cycles | ops/s | cycle p50 | cycle p99 | acquire p50 | acquire p99 | allocs/cycle* | bytes/cycle* | CPU/cycle* | ratio median [min–max] | CPU ratio | goroutines at round end | errors (lock/unlock) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-			for _, r := range s.res {
-				n, el := totals(r)
-				a, by := allocsPer(r)
-				w("| %s %s | %d | %.0f | %s | %s | %s | %s | %.1f | %.0f | %s | %s | %s | %s | %d / %d |\n", r.c.id, r.c.name, n, rate(n, el),
-					fmtDur(r.cycle.q(0.5)), fmtDur(r.cycle.q(0.99)), fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), a, by, fmtDur(cpuPer(r)), ratioCell(r.ratios), cpuCell(r.cpuRatios), gorCell(r.gorEnd), r.lockErrs, r.unlockErrs)
-			}
-			w("\n")
+			renderFreeTable(b, s)
 		}
 		for _, r := range s.res {
 			if r.firstErr != "" {
@@ -691,6 +522,20 @@ func renderDetails(b *strings.Builder, p params, tp *topology, rs []*scenarioRes
 		}
 		w("\n")
 	}
+}
+
+// renderFreeTable is the distinct-key scenarios' table (healthy, latency,
+// blackholed): cycles, latencies, allocations and ratios per contender.
+func renderFreeTable(b *strings.Builder, s *scenarioRes) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("| contender | cycles | ops/s | cycle p50 | cycle p99 | acquire p50 | acquire p99 | allocs/cycle* | bytes/cycle* | CPU/cycle* | ratio median [min–max] | CPU ratio | goroutines at round end | errors (lock/unlock) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range s.res {
+		n, el := totals(r)
+		a, by := allocsPer(r)
+		w("| %s %s | %d | %.0f | %s | %s | %s | %s | %.1f | %.0f | %s | %s | %s | %s | %d / %d |\n", r.c.id, r.c.name, n, rate(n, el),
+			fmtDur(r.cycle.q(0.5)), fmtDur(r.cycle.q(0.99)), fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), a, by, fmtDur(cpuPer(r)), ratioCell(r.ratios), cpuCell(r.cpuRatios), gorCell(r.gorEnd), r.lockErrs, r.unlockErrs)
+	}
+	w("\n")
 }
 
 func truncate(s string, n int) string {
@@ -760,8 +605,8 @@ func perRound(x, y *result) []float64 {
 }
 
 // renderGoredis compares E (this client over goredis nodes) with A (over
-// its own redigo nodes), scenario by scenario, and in the direct pass.
-func renderGoredis(b *strings.Builder, p params, ran []*topology, rs []*scenarioRes, ds []*directRes) {
+// its own redigo nodes), scenario by scenario, in every set-up.
+func renderGoredis(b *strings.Builder, ran []*topology, rs []*scenarioRes) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	ai, ei := slices.Index(contenderIDs, "A"), slices.Index(contenderIDs, "E")
 	w("## E vs A: the same client over go-redis nodes\n\n")
@@ -781,13 +626,7 @@ func renderGoredis(b *strings.Builder, p params, ran []*topology, rs []*scenario
 				ea, aa, gorCell(e.gorEnd), gorCell(a.gorEnd), e.lockErrs, e.unlockErrs)
 		}
 	}
-	w("\nContended: per critical section.\n\n")
-	if len(ds) > max(ai, ei) {
-		a, e := ds[ai], ds[ei]
-		w("Direct pass (healthy, serial, no proxies; no hooks): E **%.1f** allocations and %.0f bytes per cycle vs A %.1f and %.0f; CPU per cycle %.0fµs vs %.0fµs; cycle p50 %s vs %s; E ÷ floor %s, A ÷ floor %s.\n\n",
-			median(e.allocs), median(e.bytes), median(a.allocs), median(a.bytes), median(e.cpu), median(a.cpu),
-			fmtDur(e.cycle.q(0.5)), fmtDur(a.cycle.q(0.5)), ratioCell(e.ratios), ratioCell(a.ratios))
-	}
+	w("\nContended: per critical section. In the direct set-up neither has hooks.\n\n")
 }
 
 // goredisMode describes how E's calls are bounded.

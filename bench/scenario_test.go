@@ -26,3 +26,31 @@ func TestScenarioClients(t *testing.T) {
 		t.Error("four clients: a handoff is to another client")
 	}
 }
+
+// TestScenarios: every listed scenario has a unique id, a round and at
+// least one known set-up; scenarioIDs (the flag's help, made before the
+// flags are read) works on zero params.
+func TestScenarios(t *testing.T) {
+	known := map[string]bool{"direct": true, "proxied": true, "mixed": true}
+	seen := map[string]bool{}
+	for _, sc := range scenarios(params{parallel: 32, contenders: 8, clients: 4}) {
+		if seen[sc.id] {
+			t.Errorf("scenario %q listed twice", sc.id)
+		}
+		seen[sc.id] = true
+		if sc.round == nil {
+			t.Errorf("scenario %q has no round", sc.id)
+		}
+		if len(sc.setups) == 0 {
+			t.Errorf("scenario %q runs in no set-up", sc.id)
+		}
+		for _, s := range sc.setups {
+			if !known[s] {
+				t.Errorf("scenario %q: unknown set-up %q", sc.id, s)
+			}
+		}
+	}
+	if len(scenarioIDs()) != len(seen) {
+		t.Errorf("scenarioIDs: %v, want %d ids", scenarioIDs(), len(seen))
+	}
+}
