@@ -237,19 +237,25 @@ func (r *Redis) Close() error {
 // holderTTL it runs acquire.lua instead, which also returns the holder's
 // PTTL; so does a node older than Redis 7.0, which refuses NX with GET.
 func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL bool) (Result, error) {
-	if !holderTTL && !r.noSetGet.Load() {
-		name, token := k.Boxed()
-		reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, token, "NX", "PX", r.ms(ttl), "GET"})
-		if !syntaxError(err) {
-			if err != nil {
-				return Result{}, err
-			}
-			res, err := ParseSet(reply, k.Token)
-			return res, r.fail("acquire", err)
-		}
-		// Before 7.0; nothing was set. Scripts from now on.
-		r.noSetGet.Store(true)
+	if holderTTL || r.noSetGet.Load() {
+		return r.acquireScript(ctx, k, ttl)
 	}
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, token, "NX", "PX", r.ms(ttl), "GET"})
+	if err != nil {
+		if syntaxError(err) {
+			// Before 7.0; nothing was set. Scripts from now on.
+			r.noSetGet.Store(true)
+			return r.acquireScript(ctx, k, ttl)
+		}
+		return Result{}, err
+	}
+	res, err := ParseSet(reply, k.Token)
+	return res, r.fail("acquire", err)
+}
+
+// acquireScript is Acquire by acquire.lua.
+func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
 	reply, err := r.eval(ctx, "acquire", acquireScript, k, r.ms(ttl))
 	if err != nil {
 		return Result{}, err
@@ -338,8 +344,11 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 }
 
 // script runs s on k with arg and maps its reply (1, 0, -1) to a Status.
+// It is eval and ParseStatus in one frame: Release runs it on the path
+// every lock takes (see call).
 func (r *Redis) script(ctx context.Context, op string, s *script, k Key, arg any) (Result, error) {
-	reply, err := r.eval(ctx, op, s, k, arg)
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, op, s, "EVALSHA", []any{s.hash, 1, name, token, arg})
 	if err != nil {
 		return Result{}, err
 	}
@@ -374,20 +383,22 @@ func (r *Redis) do(ctx context.Context, op, cmd string, args ...any) (any, error
 // call is do, plus, when s is not nil (cmd is then EVALSHA of s), the
 // EVAL fallback after NOSCRIPT: on the same connection, within the same
 // deadline.
+//
+// It runs at the bottom of a goroutine that a client starts for every
+// call, under redigo's own frames: the common path is kept to small
+// frames (what is rare is in callTimeout and failed), so that the
+// goroutine fits the stack it starts with instead of copying it to a
+// larger one on every call.
 func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args []any) (any, error) {
 	if r.closed.Load() {
 		return nil, r.fail(op, ErrClosed)
 	}
-	now := time.Now()
-	deadline := now.Add(r.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
+	start := time.Now()
+	deadline, ok := ctx.Deadline()
+	if !ok || deadline.Sub(start) > r.timeout {
+		return r.callTimeout(ctx, op, s, cmd, args)
 	}
-	if !deadline.After(now) {
+	if !deadline.After(start) {
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	conn, err := r.pool.GetContext(ctx)
@@ -400,20 +411,44 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	reply, err := redis.DoWithTimeout(conn, left, cmd, args...)
+	if err != nil {
+		return r.failed(conn, op, s, args, start, deadline, err)
+	}
+	conn.Close()
+	return reply, nil
+}
+
+// callTimeout is call for a context without a deadline, or with one
+// later than the node's Timeout: the node's Timeout bounds it.
+func (r *Redis) callTimeout(ctx context.Context, op string, s *script, cmd string, args []any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return r.call(ctx, op, s, cmd, args)
+}
+
+// failed finishes a call whose command on conn returned err: it resends a
+// script the node did not know as EVAL, leaves a reply that is late to be
+// read in the background, and otherwise gives conn back and fails.
+func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start, deadline time.Time, err error) (any, error) {
 	if s != nil && noScript(err) {
 		// EVAL on the connection that answered NOSCRIPT, not on one taken
 		// from the pool again: with other calls queued for the pool (as
 		// after timed-out replies cost it connections) that second wait
 		// could outlast the deadline, and the EVAL — of a release, say —
 		// would never be sent.
-		if left = time.Until(deadline); left <= 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
 			conn.Close()
 			return nil, r.fail(op, context.DeadlineExceeded)
 		}
 		src := make([]any, len(args))
 		copy(src, args)
 		src[0] = s.src
-		reply, err = redis.DoWithTimeout(conn, left, "EVAL", src...)
+		var reply any
+		if reply, err = redis.DoWithTimeout(conn, left, "EVAL", src...); err == nil {
+			conn.Close()
+			return reply, nil
+		}
 	}
 	if isLate(err) {
 		// The reply had not begun to arrive by the deadline (see
@@ -421,14 +456,11 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 		// the call had, and give the connection back then. Only a reply
 		// later still, or one that stopped half-way, costs the
 		// connection.
-		go drainLate(conn, deadline.Sub(now))
+		go drainLate(conn, deadline.Sub(start))
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	conn.Close()
-	if err != nil {
-		return nil, r.fail(op, err)
-	}
-	return reply, nil
+	return nil, r.fail(op, err)
 }
 
 // drainLate reads and drops the late reply on c, waiting at most wait,
