@@ -128,7 +128,10 @@ func (r *round) Skip(i int) error {
 func (r *round) Call(i int) (node.Result, error) {
 	growStack(0)
 	c := r.ch.c
-	start := c.clk.Now()
+	var start time.Time // for the NodeCall hook only
+	if c.cfg.hooks.NodeCall != nil {
+		start = c.clk.Now()
+	}
 	var prev *step
 	if r.prev != nil {
 		prev = &r.prev[i]
@@ -144,7 +147,9 @@ func (r *round) Call(i int) (node.Result, error) {
 	}
 	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
-	c.callDone(i, r.cmd.op, c.clk.Since(start), err)
+	if c.cfg.hooks.NodeCall != nil {
+		c.callDone(i, r.cmd.op, c.clk.Since(start), err)
+	}
 	r.end()
 	return res, err
 }
