@@ -186,7 +186,9 @@ func unexpected(reply any) error {
 // used instead: a driver passes the kinds that only its client's errors
 // reveal (a pool timeout, a closed client) and nil for the rest. Fail
 // keeps an *Error it is given, filling in its Addr and Op when empty (as
-// in the errors of the Parse functions).
+// in the errors of the Parse functions). It cuts off the arguments that a
+// server repeats in an error reply (an unknown command's), so that no
+// token reaches an error text or a log.
 func Fail(addr, op string, kind, err error) error {
 	if ne, ok := err.(*Error); ok {
 		if ne.Addr != "" {
@@ -201,6 +203,8 @@ func Fail(addr, op string, kind, err error) error {
 	}
 	if kind == err {
 		err = nil
+	} else {
+		err = redact(err)
 	}
 	return &Error{Addr: addr, Op: op, Kind: kind, Err: err}
 }

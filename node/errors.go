@@ -37,11 +37,55 @@ var (
 	// for this node is open after a run of failures (see
 	// redlock.Breaker). The node counts as failed for that call.
 	ErrCircuitOpen = errors.New("circuit breaker open: node skipped")
+
+	// ErrNoScripts: the node does not run the lock's Lua scripts: EVAL
+	// or EVALSHA is renamed away or disabled, or a proxy in front of the
+	// node refuses them. Release and extend cannot work there. Retrying
+	// cannot help.
+	ErrNoScripts = errors.New("node does not run scripts (EVAL/EVALSHA unknown or refused)")
+	// ErrUnsupported: the node does not know another command the lock
+	// needs (renamed away, or a server or proxy that lacks it). Retrying
+	// cannot help.
+	ErrUnsupported = errors.New("node does not support a command the lock needs")
+	// ErrWrongType: the key holds a value of another type (a list, a
+	// hash...): something else uses the lock's key name. Retrying cannot
+	// help until that key is gone.
+	ErrWrongType = errors.New("key holds a value of the wrong type")
+	// ErrReadOnly: the node refuses writes: it is a replica (READONLY),
+	// not a master, or a master whose persistence is failing (MISCONF).
+	// Retrying cannot help until an operator acts.
+	ErrReadOnly = errors.New("node refuses writes (a replica, or persistence failing)")
+	// ErrOOM: the node is at maxmemory and its policy (noeviction)
+	// refuses writes. Retrying does not help until memory is freed.
+	ErrOOM = errors.New("node is out of memory (maxmemory with noeviction)")
 )
+
+// Permanent reports whether err is a failure that a retry cannot change
+// soon: bad credentials or rights, an untrusted certificate, a peer that
+// is not Redis, a closed node, a bad URL, or one of the refusals above
+// (no scripts, an unsupported command, a key of the wrong type, a
+// read-only node, out of memory). Timeouts, refused or reset
+// connections, LOADING, BUSY, TRYAGAIN and unclassified errors are not
+// permanent: the next attempt may succeed.
+func Permanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, k := range permanent {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
+}
+
+var permanent = []error{ErrAuth, ErrTLS, ErrProtocol, ErrClosed, ErrBadURL,
+	ErrNoScripts, ErrUnsupported, ErrWrongType, ErrReadOnly, ErrOOM}
 
 // KindOf names the kind of a node error, for metric labels and logs:
 // "timeout", "unreachable", "auth", "tls", "protocol", "closed",
-// "circuit_open", "other" for an error of no known kind, "" for nil.
+// "circuit_open", "no_scripts", "unsupported", "wrong_type", "read_only",
+// "oom", "other" for an error of no known kind, "" for nil.
 func KindOf(err error) string {
 	if err == nil {
 		return ""
@@ -62,6 +106,8 @@ var kindNames = []struct {
 }{
 	{ErrCircuitOpen, "circuit_open"}, {ErrTimeout, "timeout"}, {ErrUnreachable, "unreachable"},
 	{ErrAuth, "auth"}, {ErrTLS, "tls"}, {ErrProtocol, "protocol"}, {ErrClosed, "closed"},
+	{ErrNoScripts, "no_scripts"}, {ErrUnsupported, "unsupported"}, {ErrWrongType, "wrong_type"},
+	{ErrReadOnly, "read_only"}, {ErrOOM, "oom"},
 }
 
 // Error is a failed call on one node. It never contains a password.
@@ -108,8 +154,8 @@ func (e *Error) Unwrap() []error {
 
 // Classify picks the kind of an error that a Redis client returned,
 // from what every Go client shares: context and net timeouts, dial
-// errors, crypto/tls errors, and the server's refusals of credentials
-// (WRONGPASS, NOAUTH, NOPERM). An error that already wraps one of this
+// errors, crypto/tls errors, and the server's error replies (see
+// replyKind). An error that already wraps one of this
 // package's kinds keeps it. It returns nil when it cannot tell; a driver
 // checks its own client's errors (a closed client, a protocol error of
 // its parser) first. See Fail.
@@ -136,11 +182,50 @@ func Classify(err error) error {
 			return k.kind
 		}
 	}
-	msg := err.Error()
+	return replyKind(err.Error())
+}
+
+// replyKind is the kind of a server's error reply, from its text:
+// WRONGPASS, NOAUTH, NOPERM and a script's "can't run this command" (an
+// ACL without the command) are ErrAuth; an unknown EVAL or EVALSHA is
+// ErrNoScripts, another unknown command ErrUnsupported; WRONGTYPE,
+// READONLY, MISCONF and OOM their own kinds. LOADING, BUSY, TRYAGAIN and
+// the rest are nil: retryable.
+func replyKind(msg string) error {
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "NOPERM"),
-		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "ERR AUTH"):
+		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "ERR AUTH"),
+		strings.Contains(msg, "can't run this command"), strings.Contains(msg, "has no permissions to run"):
 		return ErrAuth
+	case strings.HasPrefix(msg, "ERR unknown command"):
+		lower := strings.ToLower(msg)
+		if strings.Contains(lower, "'eval") || strings.Contains(lower, "'script") {
+			return ErrNoScripts
+		}
+		return ErrUnsupported
+	case strings.HasPrefix(msg, "WRONGTYPE"), strings.Contains(msg, "WRONGTYPE Operation against a key"):
+		return ErrWrongType
+	case strings.HasPrefix(msg, "READONLY"), strings.Contains(msg, "READONLY You can't write"),
+		strings.HasPrefix(msg, "MISCONF"), strings.Contains(msg, "MISCONF "):
+		return ErrReadOnly
+	case strings.HasPrefix(msg, "OOM"), strings.Contains(msg, "OOM command not allowed"):
+		return ErrOOM
 	}
 	return nil
+}
+
+// argsEcho is how Redis starts the part of an error reply that repeats
+// the command's arguments (an unknown command's), which would carry the
+// lock's token into error texts and logs.
+const argsEcho = ", with args beginning with:"
+
+// redact returns err with the arguments a server echoed cut off, or err
+// itself when it echoes none.
+func redact(err error) error {
+	msg := err.Error()
+	i := strings.Index(msg, argsEcho)
+	if i < 0 {
+		return err
+	}
+	return errors.New(msg[:i] + " (arguments not shown)")
 }
