@@ -4,6 +4,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -107,7 +108,13 @@ func client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	c, err := dial(t, shared.URLs(), opts...)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	t.Cleanup(func() {
+		// Releases to nodes a test left down are reported as abandoned
+		// (their keys expire); tests that care assert it themselves.
+		if err := c.Close(); !errors.Is(err, redlock.ErrAbandoned) {
+			require.NoError(t, err)
+		}
+	})
 	return c
 }
 

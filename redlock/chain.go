@@ -41,6 +41,7 @@ type chain struct {
 	k       node.Key
 	timeout time.Duration // the node timeout of every call
 	tail    []step        // the last round's command on each node; nil before the first; owned by the issuer
+	expires time.Time     // on the client's clock, when every key an acquire or extend sent may have set is gone; owned by the issuer
 
 	mu sync.Mutex // guards the done and wake fields of every step of the chain
 }
@@ -51,6 +52,11 @@ type step struct {
 	err  error       // written before done is set
 	gen  uint64      // the node breaker's generation the call was let through in
 	sent bool        // this or an earlier command of the lock was sent to the node
+	// reached: this or an earlier command of the lock may have reached
+	// the node (it answered, or failed other than by a refused dial or
+	// not being sent), so a key of the lock may be there. Written by the
+	// call before done is set.
+	reached bool
 
 	done bool          // guarded by chain.mu: the command returned, or was not sent
 	wake chan struct{} // guarded by chain.mu: made by a command that waits for this one, closed at done
@@ -58,7 +64,7 @@ type step struct {
 
 // command is what a round does on every node.
 type command struct {
-	op       string        // "acquire", "confirm", "extend" or "release", for errors and hooks
+	op       string        // "acquire", "confirm", "extend", "reseed" or "release", for errors and hooks
 	ttl      time.Duration // acquire, extend: the keys' TTL
 	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
 	fence    int64         // confirm: the fence to raise the counters to
@@ -77,6 +83,7 @@ type round struct {
 	rctx       context.Context // base with the round's deadline
 	cancel     context.CancelFunc
 	left       atomic.Int32 // calls not yet returned or skipped
+	expires    time.Time    // the chain's expires when the round was sent
 }
 
 // send issues cmd to every node through the chain and returns the round.
@@ -88,6 +95,12 @@ func (ch *chain) send(ctx context.Context, cmd command) *round {
 	n := len(ch.c.nodes)
 	r := &round{ch: ch, cmd: cmd, prev: ch.tail, next: make([]step, n), base: ctx}
 	ch.tail = r.next
+	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" {
+		// A key set now lives ttl from when the node runs the command:
+		// one round deadline from now at the latest, unless it is late.
+		ch.expires = later(ch.expires, ch.c.clk.Now().Add(cmd.ttl+ch.timeout))
+	}
+	r.expires = ch.expires
 	if ctx.Done() != nil {
 		r.base = context.WithoutCancel(ctx)
 	}
@@ -116,6 +129,7 @@ func (r *round) Skip(i int) error {
 		return nil
 	}
 	err := &node.Error{Addr: c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrCircuitOpen}
+	s.reached = s.sent // an earlier command went out; it may have reached the node
 	r.ch.finish(s, node.Result{}, err)
 	c.callDone(i, r.cmd.op, 0, err)
 	r.end()
@@ -145,8 +159,12 @@ func (r *round) Call(i int) (node.Result, error) {
 	} else {
 		res, err = r.do(r.rctx, i, prev)
 	}
+	r.next[i].reached = reached(prev, err)
 	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
+	if err != nil && r.cmd.op == "release" {
+		r.retryRelease(i, err)
+	}
 	if c.cfg.hooks.NodeCall != nil {
 		c.callDone(i, r.cmd.op, c.clk.Since(start), err)
 	}
@@ -203,6 +221,14 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 		return n.(node.Fencer).ConfirmFence(ctx, k, cmd.fence, counterTTL(cmd.ttl))
 	case "extend":
 		return n.Extend(ctx, k, cmd.ttl)
+	case "reseed":
+		// After an extend that a majority granted: only the nodes that
+		// answered that the key is absent get it again, by SET NX; on
+		// the others the extend's answer stands.
+		if prev.err != nil || prev.res.Status != node.Absent {
+			return node.Result{Status: prev.res.Status}, prev.err
+		}
+		return n.Acquire(ctx, k, cmd.ttl, false)
 	default: // "release"
 		// Nothing to release where the previous command proved the key
 		// is not ours (Taken or Absent: a SET NX's refusal, or a script
@@ -214,9 +240,32 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 	}
 }
 
+// reached is a step's reached flag after its call ended with err; prev
+// is the lock's previous step on the node (nil for the first). A call
+// may have reached the node unless its dial was refused; one that was not
+// sent because prev had not returned leaves prev out, and prev may reach
+// it (its flag cannot be read before it is done).
+func reached(prev *step, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case unsent(err):
+		return true
+	}
+	return (prev != nil && prev.reached) || !errors.Is(err, node.ErrUnreachable)
+}
+
 // errPrevPending fails a node's call that was never sent: the node had
 // not answered the lock's previous command by the end of this round.
 var errPrevPending = errors.New("the previous command for this lock had not returned; not sent")
+
+// unsent reports whether err is that of a call never sent (errPrevPending).
+// errors.Is cannot tell: a *node.Error of kind ErrTimeout unwraps to its
+// kind only.
+func unsent(err error) bool {
+	ne, ok := err.(*node.Error)
+	return ok && ne.Err == errPrevPending
+}
 
 // finish records step s's outcome and wakes whoever waits for it.
 func (ch *chain) finish(s *step, res node.Result, err error) {
@@ -287,4 +336,11 @@ func counterTTL(ttl time.Duration) time.Duration { return max(fenceCounterTTL, t
 func growStack(i int) byte {
 	var pad [4096]byte
 	return pad[i]
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -64,6 +64,11 @@ type Client struct {
 	// calls waiting for it.
 	qmu    sync.Mutex
 	queues map[string]*turnstile
+	// finish has one queue per node of releases that failed for a reason
+	// that may pass, and finishing counts the goroutines working them
+	// (see finishLater).
+	finish    []finisher
+	finishing sync.WaitGroup
 	// closeOnce runs Close's work once; closeErr is its result.
 	closeOnce sync.Once
 	closeErr  error
@@ -151,7 +156,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		q = cfg.quorum
 	}
 	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
-		breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
+		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)
 	}
@@ -163,8 +168,11 @@ func (c *Client) Quorum() int { return c.quorum }
 
 // Close ends Lock's retry waits at once, waits for operations in progress
 // and for node calls still running in the background (each bounded by
-// about two node timeouts), then closes the nodes if Dial made them. Locks
-// are not released: they expire. Lock, TryLock, Extend and Unlock called
+// about two node timeouts), lets releases that failed on a node and are
+// being retried go on for four node timeouts more (at least 100ms), then
+// closes the nodes if Dial made them. Releases still unfinished then are
+// reported in an error wrapping ErrAbandoned; their keys expire by their
+// TTL. Locks still held are not released: they expire. Lock, TryLock, Extend and Unlock called
 // after Close fail with ErrClosed. Close may be called more than once,
 // from any goroutine; every call returns once the client is closed, with
 // the first call's result.
@@ -175,9 +183,16 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		close(c.done)
 		c.bg.Wait()
-		if c.owned {
-			c.closeErr = closeAll(c.nodes)
+		c.finishing.Wait()
+		abandoned := c.abandoned()
+		if abandoned != nil {
+			c.log.Warn("redlock: close: releases left unfinished", "err", abandoned)
 		}
+		var closed error
+		if c.owned {
+			closed = closeAll(c.nodes)
+		}
+		c.closeErr = errors.Join(abandoned, closed)
 	})
 	return c.closeErr
 }
@@ -342,12 +357,13 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 }
 
 // hopeless reports whether so many nodes refused for reasons a retry
-// cannot change (bad credentials or rights, an untrusted certificate, not
-// a Redis server) that the quorum is out of reach.
+// cannot change (node.Permanent: credentials or rights, no scripts, a key
+// of the wrong type, a read-only or full node, TLS, not Redis) that the
+// quorum is out of reach.
 func (c *Client) hopeless(qe *QuorumError) bool {
 	bad := 0
 	for _, r := range qe.Replies {
-		if errors.Is(r.Err, node.ErrAuth) || errors.Is(r.Err, node.ErrTLS) || errors.Is(r.Err, node.ErrProtocol) || errors.Is(r.Err, node.ErrClosed) {
+		if node.Permanent(r.Err) {
 			bad++
 		}
 	}

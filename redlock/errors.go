@@ -41,8 +41,30 @@ var (
 
 	// ErrNilLock is returned by the methods of a nil *Lock. It wraps
 	// ErrNotHeld.
-	ErrNilLock = fmt.Errorf("redlock: nil *Lock: %w", ErrNotHeld)
+	ErrNilLock = wrap("redlock: nil *Lock", ErrNotHeld)
 )
+
+// wrap returns an error that reads what, then each of errs without its
+// own "redlock: " (the package is named once), and wraps them all:
+// wrap("redlock: unlock", ErrNotHeld) reads "redlock: unlock: lock not
+// held".
+func wrap(what string, errs ...error) error {
+	var b strings.Builder
+	b.WriteString(what)
+	for _, err := range errs {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(err.Error(), "redlock: "))
+	}
+	return &wrapped{msg: b.String(), errs: errs}
+}
+
+type wrapped struct {
+	msg  string
+	errs []error
+}
+
+func (e *wrapped) Error() string   { return e.msg }
+func (e *wrapped) Unwrap() []error { return e.errs }
 
 // NodeError is one node's failure within a quorum call.
 type NodeError struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/redlock/clock"
@@ -31,7 +32,7 @@ import (
 func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFunc) {
 	job, lose := context.WithCancelCause(ctx)
 	if l == nil {
-		lose(fmt.Errorf("%w: %w", ErrLost, ErrNilLock))
+		lose(wrap("redlock", ErrLost, ErrNilLock))
 		return job, func() { lose(context.Canceled) }
 	}
 	kctx, stop := context.WithCancel(job)
@@ -95,7 +96,8 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 		case <-lost.C():
 			why := fmt.Errorf("%w: validity ran out without a successful extend", ErrLost)
 			if lastErr != nil {
-				why = fmt.Errorf("%w (last extend: %w)", why, lastErr)
+				why = &wrapped{msg: why.Error() + " (last extend: " + strings.TrimPrefix(lastErr.Error(), "redlock: ") + ")",
+					errs: []error{why, lastErr}}
 			}
 			lose(why)
 			return
@@ -114,7 +116,7 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 				lost = timer(until.Add(-p.margin))
 				next = timer(from.Add(time.Duration(p.extendAfter * float64(l.ttl))))
 			case errors.Is(err, ErrNotHeld):
-				lose(fmt.Errorf("%w: %w", ErrLost, err))
+				lose(wrap("redlock", ErrLost, err))
 				return
 			default:
 				lastErr = err
@@ -157,7 +159,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}
 	uerr := l.Unlock(context.WithoutCancel(ctx))
 	if lost == nil && errors.Is(uerr, ErrNotHeld) {
-		lost = fmt.Errorf("%w: %w", ErrLost, uerr)
+		lost = wrap("redlock", ErrLost, uerr)
 	}
 	switch {
 	case lost == nil:

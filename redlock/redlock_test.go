@@ -30,7 +30,13 @@ func setup(t *testing.T, n int, opts ...redlock.Option) ([]*fakeNode, *clock.Fak
 	opts = append([]redlock.Option{redlock.WithClock(clk), redlock.WithNodeTimeout(500 * time.Millisecond)}, opts...)
 	c, err := redlock.New(asNodes(fakes), opts...)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	t.Cleanup(func() {
+		// Releases a test made fail for good are reported as abandoned;
+		// a test that cares asserts it itself.
+		if err := c.Close(); !errors.Is(err, redlock.ErrAbandoned) {
+			require.NoError(t, err)
+		}
+	})
 	return fakes, clk, c
 }
 
@@ -437,13 +443,15 @@ func TestUnlockCountsNodesStillAcquiring(t *testing.T) {
 		t.Fatal("Unlock did not return")
 	}
 	require.NoError(t, err)
-	// Unlock returned at quorum; Close waits for the last release.
-	require.NoError(t, c.Close())
+	// Unlock returned at quorum; Close waits for the last release, and
+	// reports node 2's, retried in vain.
+	require.ErrorIs(t, c.Close(), redlock.ErrAbandoned)
 	for _, i := range []int{0, 1, 3, 4} {
 		assert.Empty(t, fakes[i].token("k"), "node %d released", i)
 		assert.Equal(t, 1, fakes[i].count("release"), "node %d released once", i)
 	}
-	assert.Equal(t, l.Token(), fakes[2].token("k"), "node 2 failed to release; its key expires")
+	assert.Greater(t, fakes[2].count("release"), 1, "node 2's release is retried")
+	assert.Equal(t, l.Token(), fakes[2].token("k"), "node 2 never released; its key expires")
 }
 
 // TestExtendsApplyInOrder: a short Extend whose call to a slow node is

@@ -82,8 +82,20 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if grace == 0 {
 		grace = nf.ttl / 3
 	}
-	if grace < 0 || grace >= nf.ttl || wait < 0 || conflict < 0 || conflict > 255 {
-		fmt.Fprintln(stderr, "redlock run: --grace must be in [0, TTL), --wait >= 0, --conflict-exit-code in [0, 255]")
+	// One message for the one flag that is wrong.
+	var bad string
+	switch {
+	case nf.ttl <= 0:
+		bad = fmt.Sprintf("--ttl must be > 0, got %v", nf.ttl)
+	case grace < 0 || grace >= nf.ttl:
+		bad = fmt.Sprintf("--grace must be in [0, --ttl %v), got %v", nf.ttl, grace)
+	case wait < 0:
+		bad = fmt.Sprintf("--wait must be >= 0, got %v", wait)
+	case conflict < 0 || conflict > 255:
+		bad = fmt.Sprintf("--conflict-exit-code must be in [0, 255], got %d", conflict)
+	}
+	if bad != "" {
+		fmt.Fprintln(stderr, "redlock run:", bad)
 		return exitUsage
 	}
 	urls, err := nf.urls()

@@ -70,7 +70,7 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for i, ep := range eps {
 		switch {
 		case errs[i] != nil:
-			fmt.Fprintf(tw, "%s\terror\t%v\t\n", ep.Addr(), errs[i])
+			fmt.Fprintf(tw, "%s\terror (%s)\t%v\t\n", ep.Addr(), node.KindOf(errs[i]), errs[i])
 		case infos[i].Token == "":
 			answered++
 			free++

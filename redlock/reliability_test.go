@@ -1,0 +1,198 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// TestPermanentErrorsEndLockAtOnce: a refusal that no retry can change,
+// on a majority, ends Lock after its first attempt with the node package's
+// sentinel for it; on a minority Lock goes on and succeeds.
+func TestPermanentErrorsEndLockAtOnce(t *testing.T) {
+	for _, kind := range []error{node.ErrAuth, node.ErrNoScripts, node.ErrUnsupported, node.ErrWrongType, node.ErrReadOnly, node.ErrOOM} {
+		t.Run(node.KindOf(kind), func(t *testing.T) {
+			fakes, _, c := setup(t, 5)
+			for _, f := range fakes[:3] {
+				f.setBefore(func(_ context.Context, op string) error {
+					if op == "acquire" {
+						return kind
+					}
+					return nil
+				})
+			}
+			var attempts int
+			c2, err := redlock.New(asNodes(fakes), redlock.WithNodeTimeout(500*time.Millisecond),
+				redlock.WithHooks(redlock.Hooks{Acquire: func(i redlock.AcquireInfo) { attempts = i.Attempts }}))
+			require.NoError(t, err)
+			_, err = c2.Lock(context.Background(), "k")
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			require.ErrorIs(t, err, kind)
+			require.NoError(t, c2.Close())
+			assert.Equal(t, 1, attempts)
+			assert.Equal(t, 1, fakes[4].count("acquire"), "one attempt")
+			var qe *redlock.QuorumError
+			require.ErrorAs(t, err, &qe)
+			assert.Len(t, qe.Failed(), 3, "each node's cause is listed")
+
+			// On a minority, a retry can still succeed: Lock is not cut short.
+			fakes[2].setBefore(nil)
+			l, err := c.Lock(context.Background(), "k2")
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(context.Background()))
+		})
+	}
+}
+
+// TestExtendReseedsAbsentNodes: nodes that lost the key (restarted empty)
+// get it back after an Extend that a majority granted, and only with SET
+// NX: a node where another token holds the key keeps it.
+func TestExtendReseedsAbsentNodes(t *testing.T) {
+	fakes, _, l := heldEverywhere(t)
+	ctx := context.Background()
+	fakes[0].restart("k")
+	fakes[1].restart("k")
+	fakes[1].put("k", "someone-else", time.Minute)
+	// An extend re-seeds the nodes whose "absent" came before its
+	// majority; one that answered later is re-seeded by the next extend,
+	// as keep-alive sends them.
+	for i := 0; i < 100 && fakes[0].token("k") != l.Token(); i++ {
+		require.NoError(t, l.Extend(ctx, 10*time.Second))
+		time.Sleep(time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return fakes[0].token("k") == l.Token() }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, "someone-else", fakes[1].token("k"), "NX never overwrites another holder")
+	assert.Equal(t, 4, holders(fakes, "k", l.Token()))
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 0 }, 5*time.Second, time.Millisecond)
+	fakes[1].restart("k")
+}
+
+// TestExtendWithoutMajorityDoesNotReseed: an extend that failed sets
+// nothing anywhere.
+func TestExtendWithoutMajorityDoesNotReseed(t *testing.T) {
+	fakes, c, l := heldEverywhere(t)
+	ctx := context.Background()
+	for _, f := range fakes[:3] {
+		f.restart("k")
+	}
+	require.ErrorIs(t, l.Extend(ctx, 10*time.Second), redlock.ErrNotHeld)
+	require.NoError(t, c.Close())
+	assert.Equal(t, 1, fakes[0].count("acquire"), "no SET after the first acquire")
+	for _, f := range fakes[3:] {
+		f.restart("k")
+	}
+}
+
+// flaky makes op fail (as a timeout would: retryable) until heal is
+// called.
+func flaky(op string) (hook func(context.Context, string) error, heal func()) {
+	var healed atomic.Bool
+	return func(_ context.Context, o string) error {
+		if o == op && !healed.Load() {
+			return node.ErrTimeout
+		}
+		return nil
+	}, func() { healed.Store(true) }
+}
+
+// TestUnlockFinishesReleasesInBackground: releases lost on two nodes are
+// sent again until the nodes answer; the key is then gone everywhere.
+func TestUnlockFinishesReleasesInBackground(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	hook, heal := flaky("release")
+	fakes[0].setBefore(hook)
+	fakes[1].setBefore(hook)
+	require.NoError(t, l.Unlock(ctx), "three of five released")
+	assert.Equal(t, 2, holders(fakes, "k", l.Token()))
+	require.Eventually(t, func() bool { return fakes[0].count("release") >= 3 }, 5*time.Second, time.Millisecond, "retried")
+	heal()
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 0 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, c.Close())
+}
+
+// TestUnlockWithoutMajorityIsFinishedToo: when most releases are lost,
+// Unlock reports it, and the releases are finished all the same.
+func TestUnlockWithoutMajorityIsFinishedToo(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	hook, heal := flaky("release")
+	for _, f := range fakes[:3] {
+		f.setBefore(hook)
+	}
+	err = l.Unlock(ctx)
+	require.ErrorIs(t, err, node.ErrTimeout)
+	heal()
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 0 }, 5*time.Second, time.Millisecond)
+}
+
+// TestPermanentReleaseErrorIsNotRetried: a node that refuses the release
+// for good (no scripts) is not asked again.
+func TestPermanentReleaseErrorIsNotRetried(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	fakes[0].setBefore(failWith("release", node.ErrNoScripts))
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, c.Close())
+	assert.Equal(t, 1, fakes[0].count("release"))
+	fakes[0].restart("k")
+}
+
+func failWith(op string, err error) func(context.Context, string) error {
+	return func(_ context.Context, o string) error {
+		if o == op {
+			return err
+		}
+		return nil
+	}
+}
+
+// TestCloseReportsAbandonedReleases: releases still failing at the end of
+// Close's grace are named in its error, by key and node, never by token.
+func TestCloseReportsAbandonedReleases(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithNodeTimeout(20*time.Millisecond))
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	hook, _ := flaky("release")
+	fakes[3].setBefore(hook)
+	require.NoError(t, l.Unlock(ctx))
+	start := time.Now()
+	err = c.Close()
+	require.ErrorIs(t, err, redlock.ErrAbandoned)
+	assert.Contains(t, err.Error(), `"k" on node[3] fake3:6379`)
+	assert.NotContains(t, err.Error(), l.Token())
+	assert.Less(t, time.Since(start), 5*time.Second, "Close's wait is bounded")
+	assert.True(t, errors.Is(c.Close(), redlock.ErrAbandoned), "a second Close returns the first one's result")
+	fakes[3].restart("k")
+}
+
+// heldEverywhere returns five fake nodes, a client over them and a lock on
+// "k" that all five hold (TryLock returns at three).
+func heldEverywhere(t *testing.T) ([]*fakeNode, *redlock.Client, *redlock.Lock) {
+	t.Helper()
+	fakes, _, c := setup(t, 5, redlock.WithTTL(10*time.Second))
+	l, err := c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 5 }, 5*time.Second, time.Millisecond)
+	return fakes, c, l
+}
