@@ -192,9 +192,9 @@ type env struct {
 
 // nodeTimeout is A's per-node timeout in the scenarios: the library's
 // default for the TTL (WithNodeTimeout is not set), TTL/200 clamped to
-// [5ms, 250ms], as redlock's config.timeout computes it.
+// [20ms, 250ms], as redlock's defaultNodeTimeout computes it.
 func nodeTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/200, 5*time.Millisecond), 250*time.Millisecond)
+	return min(max(ttl/200, min(20*time.Millisecond, ttl/4)), 250*time.Millisecond)
 }
 
 func medianInts(xs []int) float64 {

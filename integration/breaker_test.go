@@ -139,3 +139,31 @@ func TestBreakerSkipsAStoppedNode(t *testing.T) {
 	cycle()
 	assert.Eventually(t, func() bool { return node4ok.Load() > n }, 5*time.Second, time.Millisecond, "node 4 answers again")
 }
+
+// TestBreakerSparesASlowNode: a node slower than the node timeout, but
+// answering (its replies come in late), is not taken for dead: its breaker
+// stays closed over many cycles. A blackholed node, whose replies never
+// come, is skipped after a few.
+func TestBreakerSparesASlowNode(t *testing.T) {
+	ctx := context.Background()
+	p := prefix(t, 3*time.Second)
+	var opened [5]atomic.Int32
+	c := client(t, redlock.WithNodeTimeout(20*time.Millisecond), redlock.WithHooks(redlock.Hooks{
+		Breaker: func(b redlock.BreakerChange) {
+			if b.To == redlock.BreakerOpen {
+				opened[b.Node].Add(1)
+			}
+		},
+	}))
+	require.NoError(t, shared.Latency(3, 30*time.Millisecond))
+	t.Cleanup(func() { shared.Heal(3) })
+	blackhole(t, 4)
+	for i := range 100 {
+		l, err := c.Lock(ctx, p+"k")
+		require.NoError(t, err, "cycle %d", i)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(5 * time.Millisecond) // late replies keep coming in between
+	}
+	assert.Zero(t, opened[3].Load(), "the slow node (+30ms, timeout 20ms) was taken for dead")
+	assert.Positive(t, opened[4].Load(), "the blackholed node was not skipped")
+}

@@ -164,6 +164,17 @@ type Watch interface {
 	Stop()
 }
 
+// LateAnswerer is a Node that tells when a reply last came in after its
+// call had given up (the node timeout passed first): such a node is slow,
+// not down, and a client's circuit breaker does not count its timeouts
+// while late replies keep coming. It is optional.
+type LateAnswerer interface {
+	// LastLate returns when the last late reply came in, on this
+	// process's monotonic clock (compare with time.Since); the zero Time
+	// if none has.
+	LastLate() time.Time
+}
+
 // Info is what Inspect reports about one key on one node.
 type Info struct {
 	// Token is the value stored under the key, "" when the key is absent.

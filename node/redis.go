@@ -115,7 +115,12 @@ type Redis struct {
 	stop    context.CancelFunc // ends them, at Close
 
 	sub *subscriber // the pub/sub connection for Watch
+
+	lastLate atomic.Int64 // when a late reply last came in: nanoseconds after epoch; 0 never
 }
+
+// epoch is the origin of Redis.lastLate, on the monotonic clock.
+var epoch = time.Now()
 
 var (
 	_ Node      = (*Redis)(nil)
@@ -123,6 +128,8 @@ var (
 	_ Fencer    = (*Redis)(nil)
 	_ Watcher   = (*Redis)(nil)
 	_ io.Closer = (*Redis)(nil)
+
+	_ LateAnswerer = (*Redis)(nil)
 )
 
 // Dial returns a Redis node for a URL (see ParseURL). It does not connect:
@@ -456,7 +463,7 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		// the call had, and give the connection back then. Only a reply
 		// later still, or one that stopped half-way, costs the
 		// connection.
-		go drainLate(conn, deadline.Sub(start))
+		go r.drainLate(conn, deadline.Sub(start))
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	conn.Close()
@@ -466,9 +473,22 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 // drainLate reads and drops the late reply on c, waiting at most wait,
 // then gives c back to the pool (which drops it if the read failed).
 // Until then c counts against MaxActive, which bounds these goroutines.
-func drainLate(c redis.Conn, wait time.Duration) {
-	_, _ = redis.ReceiveWithTimeout(c, wait)
+// A reply that comes (an error reply too) is recorded for LastLate.
+func (r *Redis) drainLate(c redis.Conn, wait time.Duration) {
+	_, err := redis.ReceiveWithTimeout(c, wait)
+	if _, answer := err.(redis.Error); err == nil || answer {
+		r.lastLate.Store(int64(time.Since(epoch)))
+	}
 	c.Close()
+}
+
+// LastLate returns when a reply last came in after its call had given up
+// (see LateAnswerer); the zero Time if none has.
+func (r *Redis) LastLate() time.Time {
+	if d := r.lastLate.Load(); d != 0 {
+		return epoch.Add(time.Duration(d))
+	}
+	return time.Time{}
 }
 
 // noScript reports whether err is a node's NOSCRIPT reply (EVALSHA of a

@@ -112,7 +112,11 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, node.ErrTimeout)
 	assert.Equal(t, node.Unknown, res.Status)
+	assert.True(t, r.LastLate().IsZero(), "no late reply yet")
 	require.NoError(t, <-stalled)
+	require.Eventually(t, func() bool { return !r.LastLate().IsZero() }, 5*time.Second, time.Millisecond,
+		"the late reply is recorded: the node is slow, not down")
+	assert.Less(t, time.Since(r.LastLate()), 5*time.Second)
 
 	// The SET applied late; its "OK" must not be taken for the release's
 	// reply.

@@ -19,7 +19,10 @@ import (
 // probe call is let through; its success closes the breaker, its failure
 // opens it again for twice the cooldown, up to MaxCooldown. An answer
 // ("taken", "absent") or a refusal that retrying cannot change (bad
-// credentials, TLS, not Redis) never counts as a failure. A lock whose
+// credentials, TLS, not Redis) never counts as a failure, nor does a
+// timeout of a node that is slow but answering: one whose late replies
+// came in within the last two node timeouts (node.LateAnswerer; the
+// redigo node tells). A lock whose
 // commands never reached a skipped node is not released there either: it
 // has no key to release. A lock that did send a command there before the
 // breaker opened (or whose acquire is the probe) still sends its release,

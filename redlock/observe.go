@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/quorumlock/redlock/node"
 )
 
 // Hooks receive what a client does, for metrics, traces and logs. Every
@@ -139,7 +141,7 @@ func (c *Client) record(i int, gen uint64, err error) {
 		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
 		return
 	}
-	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err)))
+	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err) && !c.answersLate(i, err)))
 }
 
 // breakerMoved logs a change of node i's breaker once, and calls the hook.
@@ -164,4 +166,17 @@ func (c *Client) callDone(i int, op string, latency time.Duration, err error) {
 	if h := c.cfg.hooks.NodeCall; h != nil {
 		h(NodeCallInfo{Node: i, Addr: c.nodes[i].Addr(), Op: op, Latency: latency, Err: err})
 	}
+}
+
+// answersLate reports whether err is a timeout of node i while the node is
+// slow but answering: a reply of an earlier call came in after its
+// deadline within the last two node timeouts (node.LateAnswerer). Such a
+// timeout does not count against the node: a slow node is not down.
+func (c *Client) answersLate(i int, err error) bool {
+	la, ok := c.nodes[i].(node.LateAnswerer)
+	if !ok || !errors.Is(err, node.ErrTimeout) {
+		return false
+	}
+	last := la.LastLate()
+	return !last.IsZero() && time.Since(last) <= 2*c.cfg.timeout()
 }

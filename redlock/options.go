@@ -86,8 +86,8 @@ func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } 
 func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
 
 // WithNodeTimeout bounds each command on each node: connecting, writing
-// and reading. Default: TTL/200 clamped to [5ms, 250ms] (50ms for the
-// default 10s TTL; the Redlock description suggests 5–50ms for 10s). A
+// and reading. Default: TTL/200 clamped to [20ms, 250ms] (50ms for the
+// default 10s TTL, 20ms for 2s; a TTL under 80ms gets a quarter of it). A
 // node slower than this counts as failed for that call. 0 picks the
 // default (so a config value left unset can be passed as is); otherwise
 // it must be > 0 and below the TTL. Nodes made by Dial apply it also
@@ -175,7 +175,7 @@ func (c *config) timeout() time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	return min(max(c.ttl/200, 5*time.Millisecond), 250*time.Millisecond)
+	return defaultNodeTimeout(c.ttl)
 }
 
 // check validates everything but the node list.
@@ -215,4 +215,13 @@ func checkTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: TTL must be a whole number of milliseconds (Redis PX), got %v", ErrInvalid, ttl)
 	}
 	return nil
+}
+
+// defaultNodeTimeout is the node timeout for ttl when none is set: TTL/200
+// (the Redlock description suggests 5-50ms for 10s), at least 20ms —
+// below that, a loaded host's scheduling delays alone fail calls, and a
+// failed release blocks the lock for everyone until the TTL — but at most
+// a quarter of a TTL under 80ms, and at most 250ms.
+func defaultNodeTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/200, min(20*time.Millisecond, ttl/4)), 250*time.Millisecond)
 }

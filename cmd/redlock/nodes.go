@@ -40,7 +40,7 @@ type nodeFlags struct {
 func (f *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.nodes, "nodes", "", "comma-separated node URLs: redis://[user:password@]host:port[/db], rediss:// for TLS\n(default $"+envNodes+")")
 	fs.DurationVar(&f.ttl, "ttl", redlock.DefaultTTL, "lock TTL; the lock is kept alive while it is held")
-	fs.DurationVar(&f.timeout, "node-timeout", 0, "timeout of each command on each node (default TTL/200, between 5ms and 250ms)")
+	fs.DurationVar(&f.timeout, "node-timeout", 0, "timeout of each command on each node (default TTL/200, between 20ms and 250ms)")
 }
 
 // urls returns the node URLs from --nodes or the environment.

@@ -95,7 +95,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long the workers contend")
 	fs.DurationVar(&cfg.killAt, "kill-at", 4*time.Second, "when to kill node 3 (SIGKILL / docker kill); 0 = never")
 	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lock TTL")
-	fs.DurationVar(&cfg.nodeTO, "node-timeout", 50*time.Millisecond, "bound of each command on each node (0: the library's default, TTL/200 clamped to [5ms, 250ms],\n10ms for a 2s TTL: too tight for Docker on a loaded machine, where it turns\nscheduling delays into failed unlocks whose keys then block everyone until the TTL)")
+	fs.DurationVar(&cfg.nodeTO, "node-timeout", 50*time.Millisecond, "bound of each command on each node (0: the library's default, TTL/200 clamped to [20ms, 250ms],\n20ms for a 2s TTL)")
 	fs.DurationVar(&cfg.hold, "hold", 150*time.Millisecond, "work done under each lock (a read, a pause, a write)")
 	fs.StringVar(&urls, "urls", "", "comma-separated redis:// URLs of existing nodes to use instead of starting any\n(no node is killed then)")
 	if err := fs.Parse(args); err != nil {
