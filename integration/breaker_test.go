@@ -167,3 +167,36 @@ func TestBreakerSparesASlowNode(t *testing.T) {
 	assert.Zero(t, opened[3].Load(), "the slow node (+30ms, timeout 20ms) was taken for dead")
 	assert.Positive(t, opened[4].Load(), "the blackholed node was not skipped")
 }
+
+// TestSlowNodeTimeoutAdapts: with the default node timeout (50ms for the
+// 10s TTL), a node 70ms away first times out, its replies come in late,
+// and its timeout grows to fit its round trips: after a few cycles its
+// calls succeed, so it holds the lock's key like the others.
+func TestSlowNodeTimeoutAdapts(t *testing.T) {
+	ctx := context.Background()
+	p := prefix(t, 3*time.Second)
+	var warm atomic.Bool
+	var ok, failed atomic.Int32
+	c := client(t, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 3 && warm.Load() {
+			if i.Err == nil {
+				ok.Add(1)
+			} else {
+				failed.Add(1)
+			}
+		}
+	}}))
+	require.NoError(t, shared.Latency(3, 70*time.Millisecond))
+	t.Cleanup(func() { shared.Heal(3) })
+	for i := range 60 {
+		l, err := c.Lock(ctx, p+"k")
+		require.NoError(t, err, "cycle %d", i)
+		require.NoError(t, l.Unlock(ctx))
+		if i == 30 {
+			warm.Store(true)
+		}
+		time.Sleep(10 * time.Millisecond) // a cycle returns at the majority; give the slow node's replies time
+	}
+	assert.Positive(t, ok.Load(), "calls to the slow node succeed once its timeout has grown")
+	assert.Zero(t, failed.Load(), "calls to the slow node still fail after 30 cycles (300ms+)")
+}

@@ -37,11 +37,12 @@ import (
 // A chain belongs to one lock. Its commands are issued one at a time: by
 // the attempt that made it, then by whoever holds the Lock's op slot.
 type chain struct {
-	c       *Client
-	k       node.Key
-	timeout time.Duration // the node timeout of every call
-	tail    []step        // the last round's command on each node; nil before the first; owned by the issuer
-	expires time.Time     // on the client's clock, when every key an acquire or extend sent may have set is gone; owned by the issuer
+	c          *Client
+	k          node.Key
+	timeout    time.Duration // the node timeout: the round's deadline, and that of a node call unless its node is slow
+	maxTimeout time.Duration // the longest a slow node's call may take (see rto.go)
+	tail       []step        // the last round's command on each node; nil before the first; owned by the issuer
+	expires    time.Time     // on the client's clock, when every key an acquire or extend sent may have set is gone; owned by the issuer
 
 	mu sync.Mutex // guards the done and wake fields of every step of the chain
 }
@@ -98,7 +99,7 @@ func (ch *chain) send(ctx context.Context, cmd command) *round {
 	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" {
 		// A key set now lives ttl from when the node runs the command:
 		// one round deadline from now at the latest, unless it is late.
-		ch.expires = later(ch.expires, ch.c.clk.Now().Add(cmd.ttl+ch.timeout))
+		ch.expires = later(ch.expires, ch.c.clk.Now().Add(cmd.ttl+ch.maxTimeout))
 	}
 	r.expires = ch.expires
 	if ctx.Done() != nil {
@@ -151,17 +152,24 @@ func (r *round) Call(i int) (node.Result, error) {
 		prev = &r.prev[i]
 	}
 	var (
-		res node.Result
-		err error
+		res  node.Result
+		err  error
+		took time.Duration // measured for the adaptive timeouts only
 	)
-	if prev != nil && !r.ch.landed(prev) {
+	switch {
+	case prev != nil && !r.ch.landed(prev):
 		res, err = r.late(i, prev)
-	} else {
+	case c.rtts == nil:
 		res, err = r.do(r.rctx, i, prev)
+	default:
+		res, took, err = r.timed(i, prev)
 	}
 	r.next[i].reached = reached(prev, err)
 	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
+	if c.rtts != nil {
+		c.adapt(i, took, err)
+	}
 	if err != nil && r.cmd.op == "release" {
 		r.retryRelease(i, err)
 	}
@@ -185,20 +193,36 @@ func (r *round) end() {
 // has not returned yet: it waits for it until the round's deadline, and
 // is not sent if it is still running then.
 func (r *round) late(i int, prev *step) (node.Result, error) {
-	if !r.ch.await(prev, r.rctx.Done()) {
+	ctx, cancel := r.callCtx(i)
+	if cancel != nil {
+		defer cancel()
+	}
+	if !r.ch.await(prev, ctx.Done()) {
 		return node.Result{}, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
 	}
 	// Usually the previous command was the tail of an acquire that
 	// returned at the majority, and it landed moments later; only when
 	// the wait used up half the round does this command get a deadline of
 	// its own.
-	ctx := r.rctx
-	if d, _ := ctx.Deadline(); time.Until(d) < r.ch.timeout/2 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(r.base, r.ch.timeout)
-		defer cancel()
+	if d, _ := ctx.Deadline(); time.Until(d) < r.timeout(i)/2 {
+		var cancel2 context.CancelFunc
+		ctx, cancel2 = context.WithTimeout(r.base, r.timeout(i))
+		defer cancel2()
 	}
 	return r.do(ctx, i, prev)
+}
+
+// timed is do for node i with the node's own timeout (see rto.go), and
+// how long the call took.
+func (r *round) timed(i int, prev *step) (node.Result, time.Duration, error) {
+	ctx, cancel := r.callCtx(i)
+	t0 := time.Now()
+	res, err := r.do(ctx, i, prev)
+	took := time.Since(t0)
+	if cancel != nil {
+		cancel()
+	}
+	return res, took, err
 }
 
 // do sends the round's command to node i within ctx; prev is the lock's

@@ -49,6 +49,9 @@ type Client struct {
 	// noFence is the error of a fenced lock on these nodes: nil when
 	// every node is a node.Fencer.
 	noFence error
+	// rtts has one round-trip estimate per node, for the adaptive node
+	// timeouts; nil when WithNodeTimeout fixes them (see rto.go).
+	rtts []rtt
 
 	// mu guards closed and the bg.Add that starts an operation (begin);
 	// it is never held across I/O.
@@ -107,8 +110,8 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	// timeout above it must raise it, or WithNodeTimeout(3*time.Second)
 	// would quietly mean one second.
 	nopts := cfg.nodeOptions
-	if own := cmp.Or(nopts.Timeout, time.Second); cfg.timeout() > own {
-		nopts.Timeout = cfg.timeout()
+	if own := cmp.Or(nopts.Timeout, time.Second); cfg.maxTimeout() > own {
+		nopts.Timeout = cfg.maxTimeout()
 	}
 	nodes := make([]node.Node, len(eps))
 	for i, ep := range eps {
@@ -157,6 +160,9 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 	}
 	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
+	if cfg.nodeTimeout == 0 {
+		c.rtts = make([]rtt, n)
+	}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)
 	}

@@ -118,7 +118,7 @@ func (c *Client) finishReleases(i int) {
 		r := f.q[0]
 		f.mu.Unlock()
 
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout())
+		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 		_, err := nd.Release(ctx, r.k, r.announce)
 		cancel()
 		c.callDone(i, "release", c.clk.Since(now), err)

@@ -86,8 +86,12 @@ func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } 
 func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
 
 // WithNodeTimeout bounds each command on each node: connecting, writing
-// and reading. Default: TTL/200 clamped to [20ms, 250ms] (50ms for the
-// default 10s TTL, 20ms for 2s; a TTL under 80ms gets a quarter of it). A
+// and reading. Default: per node, adapted to its measured round trips
+// (smoothed round trip plus four deviations, doubled after a timeout whose
+// reply came in late), never below TTL/200 clamped to [20ms, 250ms] (50ms
+// for the default 10s TTL, 20ms for 2s; a TTL under 80ms gets a quarter
+// of it) and never above TTL/20 (at most 1s). A set value is used as is,
+// for every node. A
 // node slower than this counts as failed for that call. 0 picks the
 // default (so a config value left unset can be passed as is); otherwise
 // it must be > 0 and below the TTL. Nodes made by Dial apply it also
@@ -176,6 +180,16 @@ func (c *config) timeout() time.Duration {
 		return c.nodeTimeout
 	}
 	return defaultNodeTimeout(c.ttl)
+}
+
+// maxTimeout is the longest a node's call may take: the node timeout when
+// one is set; otherwise the bound of the adaptive timeouts (see rto.go), a
+// twentieth of the TTL, at most 1s, and never below the default.
+func (c *config) maxTimeout() time.Duration {
+	if c.nodeTimeout > 0 {
+		return c.nodeTimeout
+	}
+	return max(c.timeout(), min(c.ttl/20, time.Second))
 }
 
 // check validates everything but the node list.

@@ -56,3 +56,31 @@ func TestSlowButAnsweringNodeIsNotDown(t *testing.T) {
 	}
 	assert.Equal(t, BreakerOpen, c.breakers[0].state, "silent: down")
 }
+
+// TestRoundTripEstimate: a fast node's timeout is the floor; a slow one's
+// follows its round trips (RFC 6298), doubles after late timeouts until a
+// reply comes in time, and never passes the ceiling.
+func TestRoundTripEstimate(t *testing.T) {
+	const lo, hi = 50 * time.Millisecond, 500 * time.Millisecond
+	var fast, slow, silent rtt
+	assert.Equal(t, lo, fast.timeout(lo, hi), "no sample yet: the floor")
+	for range 20 {
+		fast.sample(300 * time.Microsecond)
+		slow.sample(80 * time.Millisecond)
+	}
+	assert.Equal(t, lo, fast.timeout(lo, hi))
+	d := slow.timeout(lo, hi)
+	assert.True(t, d >= 80*time.Millisecond && d < 100*time.Millisecond, "steady 80ms round trips: %v", d)
+
+	slow.late()
+	assert.Equal(t, 2*d, slow.timeout(lo, hi), "a late reply doubles it")
+	for range 10 {
+		slow.late()
+	}
+	assert.Equal(t, hi, slow.timeout(lo, hi), "at most the ceiling")
+	slow.sample(80 * time.Millisecond)
+	assert.Less(t, slow.timeout(lo, hi), 100*time.Millisecond, "a reply in time ends the doubling")
+
+	silent.late()
+	assert.Equal(t, 2*lo, silent.timeout(lo, hi), "doubling works before any sample too")
+}
