@@ -199,7 +199,9 @@ func replyKind(msg string) error {
 		return ErrAuth
 	case strings.HasPrefix(msg, "ERR unknown command"):
 		lower := strings.ToLower(msg)
-		if strings.Contains(lower, "'eval") || strings.Contains(lower, "'script") {
+		// Redis 7 quotes the command in 'quotes', 6 in `backticks`.
+		if strings.Contains(lower, "'eval") || strings.Contains(lower, "`eval") ||
+			strings.Contains(lower, "'script") || strings.Contains(lower, "`script") {
 			return ErrNoScripts
 		}
 		return ErrUnsupported

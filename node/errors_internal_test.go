@@ -26,6 +26,7 @@ func TestClassify(t *testing.T) {
 		{errors.New("ERR unknown command 'SETX', with args beginning with: 'k' "), ErrUnsupported},
 		{errors.New("ERR unknown command 'EVALSHA', with args beginning with: 'abc' '1' 'k' 'tok' "), ErrNoScripts},
 		{errors.New("ERR unknown command 'evalsha', with args beginning with: "), ErrNoScripts},
+		{errors.New("ERR unknown command `EVALSHA`, with args beginning with: `abc`, "), ErrNoScripts},
 		{errors.New("ERR The user executing the script can't run this command or subcommand script: 4f0a, on @user_script:4."), ErrAuth},
 		{errors.New("NOPERM User noset has no permissions to run the 'set' command"), ErrAuth},
 		{errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), ErrWrongType},

@@ -170,9 +170,9 @@ type Watch interface {
 // while late replies keep coming. It is optional.
 type LateAnswerer interface {
 	// LastLate returns when the last late reply came in, on this
-	// process's monotonic clock (compare with time.Since); the zero Time
-	// if none has.
-	LastLate() time.Time
+	// process's monotonic clock (compare with time.Since), and its round
+	// trip from the start of its call; the zero Time if none has.
+	LastLate() (at time.Time, rtt time.Duration)
 }
 
 // Info is what Inspect reports about one key on one node.

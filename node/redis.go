@@ -116,11 +116,14 @@ type Redis struct {
 
 	sub *subscriber // the pub/sub connection for Watch
 
-	lastLate atomic.Int64 // when a late reply last came in: nanoseconds after epoch; 0 never
+	lastLate atomic.Pointer[late] // the last late reply; nil before the first
 }
 
-// epoch is the origin of Redis.lastLate, on the monotonic clock.
-var epoch = time.Now()
+// late is when a late reply came in, and its round trip.
+type late struct {
+	at  time.Time
+	rtt time.Duration
+}
 
 var (
 	_ Node      = (*Redis)(nil)
@@ -463,7 +466,7 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		// the call had, and give the connection back then. Only a reply
 		// later still, or one that stopped half-way, costs the
 		// connection.
-		go r.drainLate(conn, deadline.Sub(start))
+		go r.drainLate(conn, start, deadline.Sub(start))
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	conn.Close()
@@ -473,22 +476,24 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 // drainLate reads and drops the late reply on c, waiting at most wait,
 // then gives c back to the pool (which drops it if the read failed).
 // Until then c counts against MaxActive, which bounds these goroutines.
-// A reply that comes (an error reply too) is recorded for LastLate.
-func (r *Redis) drainLate(c redis.Conn, wait time.Duration) {
+// A reply that comes (an error reply too) is recorded for LastLate, with
+// its round trip from the call's start.
+func (r *Redis) drainLate(c redis.Conn, start time.Time, wait time.Duration) {
 	_, err := redis.ReceiveWithTimeout(c, wait)
 	if _, answer := err.(redis.Error); err == nil || answer {
-		r.lastLate.Store(int64(time.Since(epoch)))
+		now := time.Now()
+		r.lastLate.Store(&late{at: now, rtt: now.Sub(start)})
 	}
 	c.Close()
 }
 
-// LastLate returns when a reply last came in after its call had given up
-// (see LateAnswerer); the zero Time if none has.
-func (r *Redis) LastLate() time.Time {
-	if d := r.lastLate.Load(); d != 0 {
-		return epoch.Add(time.Duration(d))
+// LastLate returns when a reply last came in after its call had given up,
+// and its round trip (see LateAnswerer); the zero Time if none has.
+func (r *Redis) LastLate() (time.Time, time.Duration) {
+	if l := r.lastLate.Load(); l != nil {
+		return l.at, l.rtt
 	}
-	return time.Time{}
+	return time.Time{}, 0
 }
 
 // noScript reports whether err is a node's NOSCRIPT reply (EVALSHA of a

@@ -98,8 +98,10 @@ func (ch *chain) send(ctx context.Context, cmd command) *round {
 	ch.tail = r.next
 	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" {
 		// A key set now lives ttl from when the node runs the command:
-		// one round deadline from now at the latest, unless it is late.
-		ch.expires = later(ch.expires, ch.c.clk.Now().Add(cmd.ttl+ch.maxTimeout))
+		// two node timeouts from now at the latest, unless it is late.
+		// (A call may wait up to a node timeout for the lock's previous
+		// command there, then get one of its own.)
+		ch.expires = later(ch.expires, ch.c.clk.Now().Add(cmd.ttl+2*ch.maxTimeout))
 	}
 	r.expires = ch.expires
 	if ctx.Done() != nil {
@@ -156,9 +158,15 @@ func (r *round) Call(i int) (node.Result, error) {
 		err  error
 		took time.Duration // measured for the adaptive timeouts only
 	)
+	var passes bool
 	switch {
 	case prev != nil && !r.ch.landed(prev):
-		res, err = r.late(i, prev)
+		res, passes, err = r.late(i, prev)
+		if passes {
+			return r.passed(i, prev)
+		}
+	case r.passes(prev):
+		return r.passed(i, prev)
 	case c.rtts == nil:
 		res, err = r.do(r.rctx, i, prev)
 	default:
@@ -180,6 +188,21 @@ func (r *round) Call(i int) (node.Result, error) {
 	return res, err
 }
 
+// passed ends node i's step of a command that passes (see passes): the
+// previous answer stands, nothing is sent, and the breaker's permission
+// is handed back unused.
+func (r *round) passed(i int, prev *step) (node.Result, error) {
+	res, err := node.Result{Status: prev.res.Status}, prev.err
+	if r.cmd.op == "release" {
+		res = prev.res
+	}
+	r.next[i].reached = reached(prev, err)
+	r.ch.finish(&r.next[i], res, err)
+	r.ch.c.unused(i, r.next[i].gen)
+	r.end()
+	return res, err
+}
+
 // end counts a call out; the last one ends the round's context and its
 // count in the client's bg.
 func (r *round) end() {
@@ -192,13 +215,16 @@ func (r *round) end() {
 // late is Call's command on node i when the lock's previous command there
 // has not returned yet: it waits for it until the round's deadline, and
 // is not sent if it is still running then.
-func (r *round) late(i int, prev *step) (node.Result, error) {
+func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error) {
 	ctx, cancel := r.callCtx(i)
 	if cancel != nil {
 		defer cancel()
 	}
 	if !r.ch.await(prev, ctx.Done()) {
-		return node.Result{}, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
+		return node.Result{}, false, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
+	}
+	if r.passes(prev) {
+		return node.Result{}, true, nil
 	}
 	// Usually the previous command was the tail of an acquire that
 	// returned at the majority, and it landed moments later; only when
@@ -209,7 +235,8 @@ func (r *round) late(i int, prev *step) (node.Result, error) {
 		ctx, cancel2 = context.WithTimeout(r.base, r.timeout(i))
 		defer cancel2()
 	}
-	return r.do(ctx, i, prev)
+	res, err = r.do(ctx, i, prev)
+	return res, false, err
 }
 
 // timed is do for node i with the node's own timeout (see rto.go), and
@@ -236,32 +263,39 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 		}
 		return n.Acquire(ctx, k, cmd.ttl, cmd.wait)
 	case "confirm":
-		// Only the nodes whose acquire answered Done confirm; on the
-		// others the acquire's answer stands, so that only
-		// confirmations count towards the majority.
-		if prev.err != nil || prev.res.Status != node.Done {
-			return node.Result{Status: prev.res.Status}, prev.err
-		}
 		return n.(node.Fencer).ConfirmFence(ctx, k, cmd.fence, counterTTL(cmd.ttl))
 	case "extend":
 		return n.Extend(ctx, k, cmd.ttl)
 	case "reseed":
-		// After an extend that a majority granted: only the nodes that
-		// answered that the key is absent get it again, by SET NX; on
-		// the others the extend's answer stands.
-		if prev.err != nil || prev.res.Status != node.Absent {
-			return node.Result{Status: prev.res.Status}, prev.err
-		}
 		return n.Acquire(ctx, k, cmd.ttl, false)
 	default: // "release"
-		// Nothing to release where the previous command proved the key
-		// is not ours (Taken or Absent: a SET NX's refusal, or a script
-		// that found another token or none); its answer stands.
-		if prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent) {
-			return prev.res, nil
-		}
 		return n.Release(ctx, k, cmd.announce)
 	}
+}
+
+// passes reports whether the round's command on a node whose previous
+// command (returned) is prev is not sent, the previous answer standing
+// for it:
+//   - confirm: only the nodes whose acquire answered Done confirm, so
+//     that only confirmations count towards the majority;
+//   - reseed: only the nodes that answered the extend "absent" get the
+//     key again;
+//   - release: nothing to release where the previous command proved the
+//     key is not ours (Taken or Absent: a SET NX's refusal, or a script
+//     that found another token or none).
+//
+// Such a node is not called: its breaker, timeout estimate and hooks
+// hear nothing of it.
+func (r *round) passes(prev *step) bool {
+	switch r.cmd.op {
+	case "confirm":
+		return prev.err != nil || prev.res.Status != node.Done
+	case "reseed":
+		return prev.err != nil || prev.res.Status != node.Absent
+	case "release":
+		return prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
+	}
+	return false
 }
 
 // reached is a step's reached flag after its call ended with err; prev

@@ -50,8 +50,10 @@ type Client struct {
 	// every node is a node.Fencer.
 	noFence error
 	// rtts has one round-trip estimate per node, for the adaptive node
-	// timeouts; nil when WithNodeTimeout fixes them (see rto.go).
-	rtts []rtt
+	// timeouts; nil when WithNodeTimeout fixes them (see rto.go). lates
+	// has each node as a node.LateAnswerer, nil where it is not one.
+	rtts  []rtt
+	lates []node.LateAnswerer
 
 	// mu guards closed and the bg.Add that starts an operation (begin);
 	// it is never held across I/O.
@@ -162,6 +164,10 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	if cfg.nodeTimeout == 0 {
 		c.rtts = make([]rtt, n)
+		c.lates = make([]node.LateAnswerer, n)
+		for i, nd := range nodes {
+			c.lates[i], _ = nd.(node.LateAnswerer)
+		}
 	}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)

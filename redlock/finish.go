@@ -42,6 +42,8 @@ type release struct {
 	k        node.Key
 	announce bool
 	until    time.Time // on the client's clock: the key has expired by then
+	ch       *chain    // the lock's chain, and
+	after    *step     // its command on the node that must return first (nil: none)
 }
 
 // finisher is one node's queue of releases to finish.
@@ -117,6 +119,13 @@ func (c *Client) finishReleases(i int) {
 		}
 		r := f.q[0]
 		f.mu.Unlock()
+		if r.after != nil && !r.ch.landed(r.after) {
+			// The lock's previous command there (a SET on its way) has
+			// not returned: a release now could overtake it, find
+			// nothing, and leave the SET's key for a TTL.
+			wait = min(2*wait, finishMax)
+			continue
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 		_, err := nd.Release(ctx, r.k, r.announce)
@@ -126,9 +135,9 @@ func (c *Client) finishReleases(i int) {
 			wait = min(2*wait, finishMax)
 			continue
 		}
-		if err != nil {
-			c.log.Warn("redlock: release not finished: the node refuses it", "key", r.k.Name, "node", i, "addr", nd.Addr(), "err", err)
-		}
+		// A refusal for good ends it too; the NodeCall hook has reported
+		// it. (No log here: a logger may call Close, which waits for this
+		// goroutine.)
 		f.mu.Lock()
 		if len(f.q) > 0 && f.q[0].k == r.k {
 			f.q = f.q[1:]
@@ -180,5 +189,9 @@ func (r *round) retryRelease(i int, err error) {
 	if node.Permanent(err) || !r.next[i].reached || !r.ch.c.clk.Now().Before(r.expires) {
 		return
 	}
-	r.ch.c.finishLater(i, release{k: r.ch.k, announce: r.cmd.announce, until: r.expires})
+	var after *step
+	if r.prev != nil {
+		after = &r.prev[i]
+	}
+	r.ch.c.finishLater(i, release{k: r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
 }

@@ -144,6 +144,14 @@ func (c *Client) record(i int, gen uint64, err error) {
 	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err) && !c.answersLate(i, err)))
 }
 
+// unused tells node i's breaker that a call it let through was not made
+// (the command passed: see round.passes).
+func (c *Client) unused(i int, gen uint64) {
+	if c.breakers != nil {
+		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
+	}
+}
+
 // breakerMoved logs a change of node i's breaker once, and calls the hook.
 func (c *Client) breakerMoved(i int, t transition) {
 	if t.from == t.to {
@@ -170,13 +178,13 @@ func (c *Client) callDone(i int, op string, latency time.Duration, err error) {
 
 // answersLate reports whether err is a timeout of node i while the node is
 // slow but answering: a reply of an earlier call came in after its
-// deadline within the last two node timeouts (node.LateAnswerer). Such a
+// deadline within the last two of the node's timeouts (node.LateAnswerer). Such a
 // timeout does not count against the node: a slow node is not down.
 func (c *Client) answersLate(i int, err error) bool {
 	la, ok := c.nodes[i].(node.LateAnswerer)
 	if !ok || !errors.Is(err, node.ErrTimeout) {
 		return false
 	}
-	last := la.LastLate()
-	return !last.IsZero() && time.Since(last) <= 2*c.cfg.timeout()
+	last, _ := la.LastLate()
+	return !last.IsZero() && time.Since(last) <= 2*c.nodeTimeout(i)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/node"
 )
 
 // Without WithNodeTimeout, each node's calls are bounded by a timeout
@@ -25,6 +27,22 @@ type rtt struct {
 	srtt    atomic.Int64 // smoothed round trip, ns; 0 before the first sample
 	rttvar  atomic.Int64 // mean deviation, ns
 	backoff atomic.Int32 // doublings since the last sample
+	seen    atomic.Int64 // the node's last late reply already sampled (UnixNano); 0 none
+}
+
+// lateSample samples the round trip of the node's last late reply, once:
+// a reply that came after its deadline is a true round trip (it answers
+// its own command), and the one measurement that can raise the estimate
+// of a node that never answers in time, however rarely it is called.
+func (e *rtt) lateSample(la node.LateAnswerer) {
+	at, d := la.LastLate()
+	if at.IsZero() {
+		return
+	}
+	if n := at.UnixNano(); n > e.seen.Load() {
+		e.seen.Store(n)
+		e.sample(d)
+	}
 }
 
 // sample adds a round trip measured on a call answered in time.
@@ -74,10 +92,14 @@ func (r *round) callCtx(i int) (ctx context.Context, cancel context.CancelFunc) 
 // timeout is node i's timeout in round r: the round's, or the node's own
 // when that is longer.
 func (r *round) timeout(i int) time.Duration {
-	if r.ch.c.rtts == nil {
+	c := r.ch.c
+	if c.rtts == nil {
 		return r.ch.timeout
 	}
-	return r.ch.c.rtts[i].timeout(r.ch.timeout, r.ch.maxTimeout)
+	if la := c.lates[i]; la != nil {
+		c.rtts[i].lateSample(la)
+	}
+	return c.rtts[i].timeout(r.ch.timeout, r.ch.maxTimeout)
 }
 
 // adapt feeds node i's estimate with a call that took took (0: not

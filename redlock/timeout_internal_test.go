@@ -32,8 +32,8 @@ type lateNode struct {
 	last time.Time
 }
 
-func (n *lateNode) Addr() string        { return "late:1" }
-func (n *lateNode) LastLate() time.Time { return n.last }
+func (n *lateNode) Addr() string                         { return "late:1" }
+func (n *lateNode) LastLate() (time.Time, time.Duration) { return n.last, 30 * time.Millisecond }
 
 // TestSlowButAnsweringNodeIsNotDown: timeouts of a node whose late replies
 // keep coming never open its breaker; once they stop, timeouts count.
