@@ -180,14 +180,15 @@ func (c *Client) Quorum() int { return c.quorum }
 
 // Close ends Lock's retry waits at once, waits for operations in progress
 // and for node calls still running in the background (each bounded by
-// about two node timeouts), lets releases that failed on a node and are
-// being retried go on for four node timeouts more (at least 100ms), then
-// closes the nodes if Dial made them. Releases still unfinished then are
-// reported in an error wrapping ErrAbandoned; their keys expire by their
-// TTL. Locks still held are not released: they expire. Lock, TryLock, Extend and Unlock called
-// after Close fail with ErrClosed. Close may be called more than once,
-// from any goroutine; every call returns once the client is closed, with
-// the first call's result.
+// about two node timeouts; the adaptive timeouts may grow a slow node's
+// to TTL/20), lets releases that failed on a node and are being retried
+// go on for four node timeouts more (at least 100ms), then closes the
+// nodes if Dial made them. Releases still unfinished then are reported in
+// an error wrapping ErrAbandoned; their keys expire by their TTL. Locks
+// still held are not released: they expire. Lock, TryLock, Extend and
+// Unlock called after Close fail with ErrClosed. Close may be called more
+// than once, from any goroutine; every call returns once the client is
+// closed, with the first call's result.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
