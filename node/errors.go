@@ -38,6 +38,13 @@ var (
 	// redlock.Breaker). The node counts as failed for that call.
 	ErrCircuitOpen = errors.New("circuit breaker open: node skipped")
 
+	// ErrPoolWait is the cause of an ErrTimeout that was spent waiting
+	// for one of the node's pooled connections, all MaxActive of them in
+	// use: the client has more calls in flight to the node than its pool
+	// holds, which says the node is slow or the load high, not that it
+	// is down. errors.Is finds it.
+	ErrPoolWait = errors.New("waited for a pooled connection (all in use)")
+
 	// ErrNoScripts: the node does not run the lock's Lua scripts: EVAL
 	// or EVALSHA is renamed away or disabled, or a proxy in front of the
 	// node refuses them. Release and extend cannot work there. Retrying
@@ -139,14 +146,14 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the kind and the cause, so errors.Is works on both. A
-// timeout unwraps to ErrTimeout only, not to context.DeadlineExceeded: the
-// deadline that expired was the per-node one, and a caller testing its own
-// context's end with errors.Is must not be misled by a slow node.
+// timeout does not unwrap to its context's error (context.DeadlineExceeded):
+// the deadline that expired was the per-node one, and a caller testing its
+// own context's end with errors.Is must not be misled by a slow node.
 func (e *Error) Unwrap() []error {
-	switch e.Kind {
-	case nil:
+	switch {
+	case e.Kind == nil:
 		return []error{e.Err}
-	case ErrTimeout:
+	case e.Kind == ErrTimeout && (e.Err == nil || errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, os.ErrDeadlineExceeded)):
 		return []error{e.Kind}
 	}
 	return []error{e.Kind, e.Err}

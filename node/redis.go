@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	_ "embed"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -413,7 +414,7 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	}
 	conn, err := r.pool.GetContext(ctx)
 	if err != nil {
-		return nil, r.fail(op, err)
+		return nil, r.getFailed(op, err)
 	}
 	left := time.Until(deadline)
 	if left <= 0 {
@@ -426,6 +427,16 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	}
 	conn.Close()
 	return reply, nil
+}
+
+// getFailed is the error of a call that got no connection: ErrTimeout
+// with ErrPoolWait when the deadline passed while every pooled connection
+// was in use.
+func (r *Redis) getFailed(op string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && r.pool.ActiveCount() >= r.pool.MaxActive {
+		return Fail(r.addr, op, ErrTimeout, ErrPoolWait)
+	}
+	return r.fail(op, err)
 }
 
 // callTimeout is call for a context without a deadline, or with one

@@ -215,3 +215,44 @@ func TestIdleCheckWithoutRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolWaitIsTold: a call that times out waiting for a pooled
+// connection (all MaxActive in use) says so, apart from a node that did
+// not answer: ErrTimeout with ErrPoolWait.
+func TestPoolWaitIsTold(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{MaxActive: 1})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	_, err = r.Inspect(bg, "warm-up") // the one connection
+	require.NoError(t, err)
+
+	stalled := stall(t, admin, 300*time.Millisecond)
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		defer cancel()
+		_, err := r.Inspect(ctx, "k") // holds the connection while the node sleeps
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	_, err = r.Inspect(ctx, "k")
+	cancel()
+	require.ErrorIs(t, err, node.ErrTimeout)
+	require.ErrorIs(t, err, node.ErrPoolWait, "%v", err)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, <-stalled)
+	require.NoError(t, <-first)
+
+	// A node that does not answer is a plain timeout.
+	stalled = stall(t, admin, 300*time.Millisecond)
+	ctx, cancel = context.WithTimeout(bg, 100*time.Millisecond)
+	_, err = r.Inspect(ctx, "k")
+	cancel()
+	require.ErrorIs(t, err, node.ErrTimeout)
+	assert.NotErrorIs(t, err, node.ErrPoolWait)
+	require.NoError(t, <-stalled)
+}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -302,7 +303,10 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int,
 // first release notification, at the moment the holder's keys expire on a
 // majority, or after the retry delay, whichever comes first.
 func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
-	var w *watches
+	var (
+		w    *watches
+		perm []int8 // per node, as refusals: what its last reply said
+	)
 	defer func() {
 		if w != nil {
 			w.stop()
@@ -320,7 +324,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 			return l, attempt, nil
 		}
 		qe.Attempts = attempt
-		if qe.ctxErr != nil || c.hopeless(qe) {
+		perm = mergeRefusals(perm, qe.perm)
+		if qe.ctxErr != nil || c.hopeless(perm) {
 			return nil, attempt, qe
 		}
 		d, again := cfg.retry.Backoff(attempt)
@@ -372,15 +377,49 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 // hopeless reports whether so many nodes refused for reasons a retry
 // cannot change (node.Permanent: credentials or rights, no scripts, a key
 // of the wrong type, a read-only or full node, TLS, not Redis) that the
-// quorum is out of reach.
-func (c *Client) hopeless(qe *QuorumError) bool {
+// quorum is out of reach. perm is what each node's last reply said, over
+// the attempts so far (see refusals): an attempt decided before a node's
+// refusal came in still counts the refusal it made the attempt before.
+func (c *Client) hopeless(perm []int8) bool {
 	bad := 0
-	for _, r := range qe.Replies {
-		if node.Permanent(r.Err) {
+	for _, p := range perm {
+		if p > 0 {
 			bad++
 		}
 	}
 	return len(c.nodes)-bad < c.quorum
+}
+
+// refusals says, per node, what its reply in replies was: 1 a refusal a
+// retry cannot change, -1 any other reply, 0 none yet.
+func refusals(replies []quorum.Reply) []int8 {
+	out := make([]int8, len(replies))
+	for i, r := range replies {
+		switch {
+		case node.Permanent(r.Err):
+			out[i] = 1
+		case r.Err != nil || r.Result.Status != node.Unknown:
+			out[i] = -1
+		}
+	}
+	return out
+}
+
+// mergeRefusals updates perm with an attempt's refusals: a node's newer
+// reply replaces its older one; no reply keeps it.
+func mergeRefusals(perm, attempt []int8) []int8 {
+	if attempt == nil {
+		return perm
+	}
+	if perm == nil {
+		perm = make([]int8, len(attempt))
+	}
+	for i, v := range attempt {
+		if v != 0 {
+			perm[i] = v
+		}
+	}
+	return perm
 }
 
 func (c *Client) lockConfig(key string, opts []Option) (config, error) {
@@ -469,7 +508,17 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool) (*
 	qe.Validity = validity
 	// Replies that came in during the rollback tell more about when the
 	// holder's keys expire; the error reports the round as decided.
-	r.Collect()
+	n := r.Collect()
+	qe.perm = refusals(r.Replies)
+	if n.Pending > 0 && slices.Contains(qe.perm, 1) {
+		// A refusal no retry changes: wait for the other nodes' replies
+		// (one node timeout at most) to tell whether the quorum is out
+		// of reach, rather than retrying on a partial view.
+		for n.Pending > 0 && ctx.Err() == nil {
+			n = r.Wait(ctx.Done(), n.Done+n.Pending)
+		}
+		qe.perm = refusals(r.Replies)
+	}
 	qe.freeIn = freeIn(r.Replies, c.quorum)
 	return nil, qe
 }

@@ -115,6 +115,7 @@ type QuorumError struct {
 	ctxErr   error         // ctx.Err() of a caller's context that ended, else nil
 	cause    error         // context.Cause of it, when that differs from ctxErr
 	nodes    *multierror.Error
+	perm     []int8 // acquire: per node, a refusal no retry changes (see refusals)
 }
 
 // notStarted is the error of an operation that sent nothing because ctx

@@ -182,7 +182,10 @@ func (c *Client) callDone(i int, op string, latency time.Duration, err error) {
 // timeout does not count against the node: a slow node is not down.
 func (c *Client) answersLate(i int, err error) bool {
 	la, ok := c.nodes[i].(node.LateAnswerer)
-	if !ok || !errors.Is(err, node.ErrTimeout) {
+	if !ok || !errors.Is(err, node.ErrTimeout) || errors.Is(err, node.ErrPoolWait) {
+		// A wait for a pooled connection is not excused: this client
+		// sends the node more than its pool carries, and shedding the
+		// node is what relieves it.
 		return false
 	}
 	last, _ := la.LastLate()

@@ -196,3 +196,31 @@ func heldEverywhere(t *testing.T) ([]*fakeNode, *redlock.Client, *redlock.Lock) 
 	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 5 }, 5*time.Second, time.Millisecond)
 	return fakes, c, l
 }
+
+// TestLateRefusalsStillEndLock: the attempt is decided (two nodes hold
+// the key for someone else) before two of the three refusals come in;
+// Lock waits for them rather than retrying, and ends after that attempt.
+func TestLateRefusalsStillEndLock(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	for _, f := range fakes[3:] {
+		f.put("k", "other", time.Minute)
+	}
+	fakes[0].setBefore(failWith("acquire", node.ErrNoScripts))
+	for _, f := range fakes[1:3] {
+		f.setBefore(func(_ context.Context, op string) error {
+			if op == "acquire" {
+				time.Sleep(20 * time.Millisecond)
+				return node.ErrNoScripts
+			}
+			return nil
+		})
+	}
+	_, err := c.Lock(context.Background(), "k")
+	require.ErrorIs(t, err, node.ErrNoScripts)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 1, qe.Attempts)
+	for _, f := range fakes[3:] {
+		f.restart("k")
+	}
+}

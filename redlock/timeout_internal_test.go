@@ -49,6 +49,16 @@ func TestSlowButAnsweringNodeIsNotDown(t *testing.T) {
 	}
 	assert.Equal(t, BreakerClosed, c.breakers[0].state, "slow but answering")
 
+	// Waits for a pooled connection are not excused: they shed load.
+	poolWait := &node.Error{Addr: "late:1", Op: "acquire", Kind: node.ErrTimeout, Err: node.ErrPoolWait}
+	n.last = time.Now()
+	for range 2 {
+		_, gen := c.allow(0)
+		c.record(0, gen, poolWait)
+	}
+	assert.Equal(t, BreakerOpen, c.breakers[0].state, "saturated: skipped")
+	c.breakers[0] = newBreaker(Breaker{Failures: 2, Span: -1})
+
 	n.last = time.Now().Add(-time.Second) // the late replies stopped
 	for range 2 {
 		_, gen := c.allow(0)
