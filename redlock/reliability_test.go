@@ -215,7 +215,11 @@ func TestLateRefusalsStillEndLock(t *testing.T) {
 			return nil
 		})
 	}
-	_, err := c.Lock(context.Background(), "k")
+	// Bounded: without the wait, Lock would retry on the fake clock
+	// until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.Lock(ctx, "k")
 	require.ErrorIs(t, err, node.ErrNoScripts)
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
