@@ -66,3 +66,13 @@ func TestRedactEchoedArgs(t *testing.T) {
 	assert.NotContains(t, err.Error(), "lk:job")
 	assert.Equal(t, "node a:1: release: node does not run scripts (EVAL/EVALSHA unknown or refused): ERR unknown command 'EVALSHA' (arguments not shown)", err.Error())
 }
+
+// TestTimeoutUnwrap: a timeout hides its context's deadline (a caller's
+// errors.Is(err, context.DeadlineExceeded) is about its own context) but
+// not another cause, such as ErrPoolWait.
+func TestTimeoutUnwrap(t *testing.T) {
+	cause := errors.New("a cause")
+	assert.ErrorIs(t, &Error{Kind: ErrTimeout, Err: cause}, cause)
+	assert.ErrorIs(t, &Error{Kind: ErrTimeout, Err: cause}, ErrTimeout)
+	assert.NotErrorIs(t, &Error{Kind: ErrTimeout, Err: context.DeadlineExceeded}, context.DeadlineExceeded)
+}

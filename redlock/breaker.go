@@ -201,7 +201,7 @@ func (b *breaker) setState(s BreakerState) {
 // counts for itself) do not.
 func nodeDown(err error) bool {
 	switch {
-	case err == nil, unsent(err):
+	case err == nil, errors.Is(err, errPrevPending):
 		return false
 	case errors.Is(err, node.ErrTimeout), errors.Is(err, node.ErrUnreachable),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),

@@ -307,7 +307,7 @@ func reached(prev *step, err error) bool {
 	switch {
 	case err == nil:
 		return true
-	case unsent(err):
+	case errors.Is(err, errPrevPending):
 		return true
 	}
 	return (prev != nil && prev.reached) || !errors.Is(err, node.ErrUnreachable)
@@ -316,14 +316,6 @@ func reached(prev *step, err error) bool {
 // errPrevPending fails a node's call that was never sent: the node had
 // not answered the lock's previous command by the end of this round.
 var errPrevPending = errors.New("the previous command for this lock had not returned; not sent")
-
-// unsent reports whether err is that of a call never sent (errPrevPending).
-// errors.Is cannot tell: a *node.Error of kind ErrTimeout unwraps to its
-// kind only.
-func unsent(err error) bool {
-	ne, ok := err.(*node.Error)
-	return ok && ne.Err == errPrevPending
-}
 
 // finish records step s's outcome and wakes whoever waits for it.
 func (ch *chain) finish(s *step, res node.Result, err error) {

@@ -52,7 +52,8 @@ type Client struct {
 	noFence error
 	// rtts has one round-trip estimate per node, for the adaptive node
 	// timeouts; nil when WithNodeTimeout fixes them (see rto.go). lates
-	// has each node as a node.LateAnswerer, nil where it is not one.
+	// has each node as a node.LateAnswerer (nil where it is not one), for
+	// the estimates and the breaker (answersLate).
 	rtts  []rtt
 	lates []node.LateAnswerer
 
@@ -163,12 +164,12 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 	}
 	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
+	c.lates = make([]node.LateAnswerer, n)
+	for i, nd := range nodes {
+		c.lates[i], _ = nd.(node.LateAnswerer)
+	}
 	if cfg.nodeTimeout == 0 {
 		c.rtts = make([]rtt, n)
-		c.lates = make([]node.LateAnswerer, n)
-		for i, nd := range nodes {
-			c.lates[i], _ = nd.(node.LateAnswerer)
-		}
 	}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)

@@ -137,7 +137,7 @@ func (c *Client) record(i int, gen uint64, err error) {
 	if c.breakers == nil {
 		return
 	}
-	if unsent(err) {
+	if errors.Is(err, errPrevPending) {
 		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
 		return
 	}
@@ -181,8 +181,8 @@ func (c *Client) callDone(i int, op string, latency time.Duration, err error) {
 // deadline within the last two of the node's timeouts (node.LateAnswerer). Such a
 // timeout does not count against the node: a slow node is not down.
 func (c *Client) answersLate(i int, err error) bool {
-	la, ok := c.nodes[i].(node.LateAnswerer)
-	if !ok || !errors.Is(err, node.ErrTimeout) || errors.Is(err, node.ErrPoolWait) {
+	la := c.lates[i]
+	if la == nil || !errors.Is(err, node.ErrTimeout) || errors.Is(err, node.ErrPoolWait) {
 		// A wait for a pooled connection is not excused: this client
 		// sends the node more than its pool carries, and shedding the
 		// node is what relieves it.
