@@ -295,7 +295,7 @@ func TestKeepAliveReseedsRestartedNodes(t *testing.T) {
 		require.NoError(t, shared.Restart(ctx, i, 0))
 	}
 	// The next extension (at half the TTL) puts the key back.
-	require.Eventually(t, func() bool { return holdersOf(t, l) == 5 }, 4*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return holdersOf(t, l) == 5 }, 6*time.Second, 20*time.Millisecond,
 		"nodes 0 and 1 hold the key again after an extension")
 	require.NoError(t, shared.Restart(ctx, 2, 0))
 	time.Sleep(2 * time.Second) // at least one more extension with node 2 empty

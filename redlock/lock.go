@@ -203,7 +203,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Unlock()
 	if ok {
-		if t.Absent > 0 {
+		// A node that restarted empty answers "absent", often after the
+		// majority has decided (a new connection, a script to load), so
+		// a reseed is queued whenever an answer was still out; it calls
+		// only the nodes whose extend ends up Absent (round.passes).
+		if t.Absent > 0 || t.Pending > 0 {
 			l.ch.send(ctx, command{op: "reseed", ttl: ttl})
 		}
 		return nil
