@@ -11,36 +11,45 @@ import (
 )
 
 // Breaker configures the circuit breaker a client keeps for each node.
-// After Failures calls in a row fail in a way that can only mean the node
-// is down or cut off (a timeout, a refused or reset connection), over at
-// least Span, the node is skipped: its calls fail at once with node.ErrCircuitOpen, with no
+// It counts a node's calls that fail in a way that can only mean the node
+// is down or cut off (a timeout, a refused or reset connection) from the
+// first such failure on, together with the calls that succeed meanwhile;
+// the count starts over once the successes outnumber the failures or
+// Window passes without a failure. When Failures of them are counted and
+// the failures are at least as many as the successes, the node is
+// skipped: its calls fail at once with node.ErrCircuitOpen, with no
 // goroutine, timer or connection attempt, and count as failures in the
-// quorum, as the calls they replace would have. After a cooldown one
-// probe call is let through; its success closes the breaker, its failure
-// opens it again for twice the cooldown, up to MaxCooldown. An answer
-// ("taken", "absent") or a refusal that retrying cannot change (bad
-// credentials, TLS, not Redis) never counts as a failure, nor does a
-// timeout of a node that is slow but answering: one whose late replies
-// came in within the last two node timeouts (node.LateAnswerer; the
-// redigo node tells). A lock whose
-// commands never reached a skipped node is not released there either: it
-// has no key to release. A lock that did send a command there before the
-// breaker opened (or whose acquire is the probe) still sends its release,
-// once. Safety does not change: a skipped node is a failed node. The zero
-// value of each field picks the default in its comment.
+// quorum, as the calls they replace would have. So a node that fails most
+// of its calls is skipped even when some succeed in between (a flapping
+// link), and a busy node's occasional timeouts among many answers never
+// open it. After a cooldown one probe call is let through; its success
+// closes the breaker, its failure opens it again for twice the cooldown,
+// up to MaxCooldown. An answer ("taken", "absent") or a refusal that
+// retrying cannot change (bad credentials, TLS, not Redis) never counts as
+// a failure, nor does a timeout of a node that is slow but answering: one
+// whose late replies came in within the last two node timeouts
+// (node.LateAnswerer; the redigo node tells). A lock whose commands never
+// reached a skipped node is not released there either: it has no key to
+// release. A lock that did send a command there before the breaker opened
+// (or whose acquire is the probe) still sends its release, once. Safety
+// does not change: a skipped node is a failed node. The zero value of
+// each field picks the default in its comment.
 type Breaker struct {
-	// Failures is how many calls in a row must fail before the node is
-	// skipped. Default 3; negative disables the breaker.
+	// Failures is how many failures open the breaker. Default 3;
+	// negative disables the breaker.
 	Failures int
-	// Span is how long the run of failures must last, from the first
-	// failed call's end to the last's, before the node is skipped. Calls
-	// that time out together — everything in flight when this process
-	// stalled (GC, a busy two-core host) or the node hiccupped once —
-	// end within moments of each other and so do not open the breaker
-	// on their own; a node that is down keeps failing and does. Default
-	// twice the client's node timeout (100ms for the default 10s TTL),
-	// since one burst of timeouts ends within about one node timeout;
-	// negative: no span, Failures alone decide.
+	// Window is how long the breaker remembers failures after the last
+	// one. Default 10s.
+	Window time.Duration
+	// Span: failures that end within Span of the last one counted count
+	// once towards Failures (though each counts against the successes).
+	// Calls that time out together — everything in flight when this
+	// process stalled (GC, a busy two-core host) or the node hiccupped
+	// once — end within moments of each other and so do not open the
+	// breaker on their own; a node that is down keeps failing and does,
+	// after (Failures-1)*Span. Default twice the client's node timeout
+	// (100ms for the default 10s TTL), since one burst of timeouts ends
+	// within about one node timeout; negative: every failure counts.
 	Span time.Duration
 	// Cooldown is how long the node is skipped after the breaker opens,
 	// before one probe call. Default 1s.
@@ -53,6 +62,9 @@ type Breaker struct {
 func (b Breaker) withDefaults() Breaker {
 	if b.Failures == 0 {
 		b.Failures = 3
+	}
+	if b.Window <= 0 {
+		b.Window = 10 * time.Second
 	}
 	if b.Cooldown <= 0 {
 		b.Cooldown = time.Second
@@ -88,8 +100,11 @@ type breaker struct {
 
 	mu       sync.Mutex // guards everything below; never held across I/O
 	state    BreakerState
-	failures int           // consecutive down-failures while closed
-	first    time.Time     // when the first of them ended
+	fails    int           // closed: down-failures since the count started; 0: no count
+	oks      int           // successes since then
+	counted  int           // failures counted towards cfg.Failures (Span apart)
+	last     time.Time     // when the last failure ended
+	lastSpan time.Time     // when the last counted one ended
 	cooldown time.Duration // of the current or next open period
 	reopen   time.Time     // open: when a probe may go
 	gen      uint64        // counts state changes; results of older calls are dropped
@@ -141,7 +156,11 @@ func (b *breaker) done(now time.Time, gen uint64, down bool) (t transition) {
 	if gen == b.gen {
 		switch {
 		case !down:
-			b.failures = 0
+			if b.fails > 0 {
+				if b.oks++; b.oks > b.fails {
+					b.fails = 0
+				}
+			}
 			if b.state == BreakerHalfOpen {
 				b.cooldown = b.cfg.Cooldown
 				b.setState(BreakerClosed)
@@ -149,17 +168,27 @@ func (b *breaker) done(now time.Time, gen uint64, down bool) (t transition) {
 		case b.state == BreakerHalfOpen:
 			b.cooldown = min(2*b.cooldown, b.cfg.MaxCooldown)
 			b.open(now)
-		default:
-			if b.failures++; b.failures == 1 {
-				b.first = now
-			}
-			if b.failures >= b.cfg.Failures && now.Sub(b.first) >= b.cfg.Span {
-				b.open(now)
-			}
+		case b.trips(now):
+			b.open(now)
 		}
 	}
 	t.to = b.state
 	return t
+}
+
+// trips counts a down-failure that ended at now while closed and reports
+// whether the breaker opens.
+func (b *breaker) trips(now time.Time) bool {
+	if b.fails == 0 || now.Sub(b.last) > b.cfg.Window {
+		b.fails, b.oks, b.counted = 0, 0, 0
+	}
+	b.fails++
+	b.last = now
+	if b.counted == 0 || now.Sub(b.lastSpan) >= b.cfg.Span {
+		b.counted++
+		b.lastSpan = now
+	}
+	return b.counted >= b.cfg.Failures && b.fails >= b.oks
 }
 
 // unsent records that a call allow let through was never sent (the
@@ -183,7 +212,7 @@ func (b *breaker) unsent(now time.Time, gen uint64) (t transition) {
 }
 
 func (b *breaker) open(now time.Time) {
-	b.failures = 0
+	b.fails = 0
 	b.reopen = now.Add(b.cooldown)
 	b.setState(BreakerOpen)
 }

@@ -21,40 +21,75 @@ func call(b *breaker, now time.Time, down bool) bool {
 	return ok
 }
 
+// TestBreakerOpensAfterThreshold: failures open the breaker at the
+// threshold; a success among them does not start the count over (a
+// flapping node is skipped), but successes that outnumber the failures
+// do (a node that answers most calls is not).
 func TestBreakerOpensAfterThreshold(t *testing.T) {
 	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: -1})
 	assert.True(t, call(b, t0, true))
 	assert.True(t, call(b, t0, true))
-	assert.True(t, call(b, t0, false), "a success resets the run")
-	assert.True(t, call(b, t0, true))
-	assert.True(t, call(b, t0, true))
+	assert.True(t, call(b, t0, false), "a success among failures")
 	assert.Equal(t, BreakerClosed, b.state)
 	ok, gen, _ := b.allow(t0)
 	require.True(t, ok)
 	tr := b.done(t0, gen, true)
-	assert.Equal(t, transition{BreakerClosed, BreakerOpen}, tr)
+	assert.Equal(t, transition{BreakerClosed, BreakerOpen}, tr, "three failures, one success: open")
 	for range 100 {
 		assert.False(t, call(b, t0.Add(999*time.Millisecond), true), "skipped while open")
 	}
 }
 
+// TestBreakerFailingHalf: a node failing every other call is skipped; one
+// that fails one call in three is not, however long it goes on.
+func TestBreakerFailingHalf(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: -1})
+	now := t0
+	for i := range 300 {
+		now = now.Add(time.Millisecond)
+		require.True(t, call(b, now, i%3 == 0))
+	}
+	assert.Equal(t, BreakerClosed, b.state, "a third of 300 calls failed")
+	for i := range 5 {
+		now = now.Add(time.Millisecond)
+		require.True(t, call(b, now, i%2 == 0))
+	}
+	assert.Equal(t, BreakerOpen, b.state, "failure, success, failure, success, failure")
+}
+
+// TestBreakerWindow: failures further apart than Window are forgotten.
+func TestBreakerWindow(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 3, Window: 10 * time.Second, Span: -1})
+	for _, at := range []time.Duration{0, 5, 16} { // the third comes 11s after the second
+		require.True(t, call(b, t0.Add(at*time.Second), true))
+	}
+	assert.Equal(t, BreakerClosed, b.state)
+	require.True(t, call(b, t0.Add(20*time.Second), true))
+	require.True(t, call(b, t0.Add(29*time.Second), true))
+	assert.Equal(t, BreakerOpen, b.state, "16s, 20s, 29s: each within 10s of the one before")
+}
+
 // TestBreakerSpan: failures that end together (a stall of this process
-// times out every call in flight at once) do not open the breaker,
-// however many; a run that goes on for Span does.
+// times out every call in flight at once) count once, however many; a
+// node that goes on failing opens the breaker after (Failures-1)*Span.
 func TestBreakerSpan(t *testing.T) {
-	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: 250 * time.Millisecond})
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: 125 * time.Millisecond})
 	for i := range 100 {
 		require.True(t, call(b, t0.Add(time.Duration(i)*time.Millisecond), true), "a burst of timeouts")
 	}
 	assert.Equal(t, BreakerClosed, b.state, "100 failures within 100ms")
-	assert.True(t, call(b, t0.Add(100*time.Millisecond), false), "the node answers again: the run ends")
+	for i := range 101 {
+		require.True(t, call(b, t0.Add(100*time.Millisecond+time.Duration(i)*time.Microsecond), false))
+	}
 	now := t0.Add(time.Second)
 	for _, at := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond} {
 		require.True(t, call(b, now.Add(at), true))
 	}
-	assert.Equal(t, BreakerClosed, b.state, "three failures over 200ms")
+	assert.Equal(t, BreakerClosed, b.state, "101 answers ended the count; then three failures within 200ms count twice")
 	require.True(t, call(b, now.Add(260*time.Millisecond), true))
-	assert.Equal(t, BreakerOpen, b.state, "a fourth makes the run span 260ms")
+	assert.Equal(t, BreakerClosed, b.state, "the fourth is 60ms after the last counted")
+	require.True(t, call(b, now.Add(330*time.Millisecond), true))
+	assert.Equal(t, BreakerOpen, b.state, "the fifth is 130ms after the last counted: three")
 }
 
 // TestBreakerAnswersNeverTrip: an answered call (taken, absent, refused
@@ -145,23 +180,23 @@ func TestBreakerDisabled(t *testing.T) {
 
 // TestBreakerUnsentCallsSayNothing: a call that was let through but never
 // sent (the lock's previous command on the node had not returned) neither
-// ends a run of failures nor closes the breaker, and an unsent probe
+// counts as a success nor closes the breaker, and an unsent probe
 // lets the next call probe. Counted as successes, the releases queued
-// behind timed-out acquires reset the run on every cycle, and a
+// behind timed-out acquires would outnumber the failures on every cycle, and a
 // blackholed node was never skipped once the run had to span 250ms.
 func TestBreakerUnsentCallsSayNothing(t *testing.T) {
-	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: 250 * time.Millisecond})
-	for i := range 6 {
+	b := newBreaker(Breaker{Failures: 3, Cooldown: time.Second, Span: 125 * time.Millisecond})
+	for i := range 7 {
 		now := t0.Add(time.Duration(i) * 50 * time.Millisecond)
 		require.True(t, call(b, now, true))
-		if i < 5 {
-			require.Equal(t, BreakerClosed, b.state, "the run spans %v", now.Sub(t0))
+		if i < 6 {
+			require.Equal(t, BreakerClosed, b.state, "the failures span %v", now.Sub(t0))
 			ok, gen, _ := b.allow(now)
 			require.True(t, ok)
 			b.unsent(now, gen)
 		}
 	}
-	assert.Equal(t, BreakerOpen, b.state, "a failure every 50ms, unsent calls between them: open at 250ms")
+	assert.Equal(t, BreakerOpen, b.state, "a failure every 50ms, unsent calls between them: open at 300ms")
 
 	probeAt := b.reopen
 	ok, gen, _ := b.allow(probeAt)

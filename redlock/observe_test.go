@@ -114,7 +114,7 @@ func TestHooksLost(t *testing.T) {
 	assert.ErrorIs(t, rec.lost[0], redlock.ErrLost)
 }
 
-// TestBreakerSkipsADeadNode: after three failures in a row, a node is
+// TestBreakerSkipsADeadNode: after three failures a second apart, a node is
 // skipped — no call, no goroutine — and locks are still granted by the
 // others; after the cooldown one probe goes, and its success brings the
 // node back.
@@ -131,16 +131,18 @@ func TestBreakerSkipsADeadNode(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
 	}
-	cycle() // acquire and release fail: 2
+	cycle() // acquire and release fail together: they count once
 	clk.Advance(time.Second)
-	cycle() // 3, over more than the default Span (2 × the 500ms node timeout): open (during the acquire or the release)
+	cycle() // 2: a default Span (2 × the 500ms node timeout) later
+	clk.Advance(time.Second)
+	cycle() // 3: open (during the acquire or the release)
 	require.Eventually(t, func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.changes) == 1 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, redlock.BreakerChange{Node: 2, Addr: fakes[2].Addr(), From: redlock.BreakerClosed, To: redlock.BreakerOpen}, rec.changes[0])
 
-	// Unlock returns at a majority, so cycle 2's release to the dead node
+	// Unlock returns at a majority, so cycle 3's release to the dead node
 	// (sent: the lock had sent that node its acquire) may still be on its way.
-	require.Eventually(t, func() bool { return fakes[2].count("release") == 2 }, 5*time.Second, time.Millisecond)
-	require.Equal(t, 2, fakes[2].count("acquire"))
+	require.Eventually(t, func() bool { return fakes[2].count("release") == 3 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 3, fakes[2].count("acquire"))
 	sent := fakes[2].count("acquire") + fakes[2].count("release")
 	before := runtime.NumGoroutine()
 	for range 20 {
