@@ -127,9 +127,18 @@ func (c *Client) finishReleases(i int) {
 			continue
 		}
 
+		// The node's breaker decides as for any call: no call while it
+		// is open (the release waits for the node to come back), and a
+		// retry may be the probe.
+		ok, gen := c.allow(i)
+		if !ok {
+			wait = finishMax
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 		_, err := nd.Release(ctx, r.k, r.announce)
 		cancel()
+		c.record(i, gen, err)
 		c.callDone(i, "release", c.clk.Since(now), err)
 		if err != nil && !node.Permanent(err) {
 			wait = min(2*wait, finishMax)

@@ -130,6 +130,26 @@ func TestUnlockFinishesReleasesInBackground(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// TestFinishWaitsForAnOpenBreaker: a background release does not call a
+// node whose breaker is open; after the cooldown it may be the probe, and
+// once the node answers the key is gone.
+func TestFinishWaitsForAnOpenBreaker(t *testing.T) {
+	fakes, clk, c := setup(t, 5, redlock.WithBreaker(redlock.Breaker{Failures: 1, Span: -1, Cooldown: time.Second}))
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	hook, heal := flaky("release")
+	fakes[0].setBefore(hook)
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { return fakes[0].count("release") == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // over the worker's first retries (20ms, 40ms, ...)
+	assert.Equal(t, 1, fakes[0].count("release"), "no call while the breaker is open")
+	heal()
+	clk.Advance(time.Second)
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 0 }, 5*time.Second, time.Millisecond,
+		"the retry probes once the cooldown is over")
+}
+
 // TestUnlockWithoutMajorityIsFinishedToo: when most releases are lost,
 // Unlock reports it, and the releases are finished all the same.
 func TestUnlockWithoutMajorityIsFinishedToo(t *testing.T) {
