@@ -297,7 +297,7 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int,
 	return c.retry(ctx, key, cfg)
 }
 
-// retry makes attempts until one succeeds or cfg.retry gives up; it
+// retry makes attempts until one succeeds, cfg.retry gives up or cfg.maxWait has passed; it
 // returns the number of attempts made. After the first failure it
 // subscribes to the key's releases and, once subscribed, tries once more
 // at once (a release in between is not missed); later waits end at the
@@ -313,6 +313,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 			w.stop()
 		}
 	}()
+	var giveUp time.Time // WithMaxWait's limit, on the client's clock
+	if cfg.maxWait > 0 {
+		giveUp = c.clk.Now().Add(cfg.maxWait)
+	}
 	for attempt := 1; ; attempt++ {
 		// Only an attempt after a failed one asks the nodes for the
 		// holder's TTL (by script): the first attempt of a Lock call, and
@@ -330,6 +334,11 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 			return nil, attempt, qe
 		}
 		d, again := cfg.retry.Backoff(attempt)
+		if !giveUp.IsZero() {
+			left := giveUp.Sub(c.clk.Now())
+			again = again && left > 0
+			d = min(d, left)
+		}
 		if !again {
 			return nil, attempt, qe
 		}

@@ -23,7 +23,8 @@ type config struct {
 	driftFactor float64
 	nodeTimeout time.Duration // 0: derived from ttl, see timeout
 	retry       RetryStrategy
-	quorum      int // 0: majority; checked against N in newClient
+	maxWait     time.Duration // Lock gives up after this long; 0: no limit
+	quorum      int           // 0: majority; checked against N in newClient
 	prefix      string
 	logger      *slog.Logger
 	clock       clock.Clock
@@ -100,9 +101,18 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithRetry sets the strategy Lock (and Do) use between attempts. Default
-// DefaultRetry(): up to 32 attempts, exponential backoff with full jitter
-// from 10ms to 500ms. TryLock never retries.
+// DefaultRetry(): exponential backoff with full jitter from 10ms to
+// 500ms, as many attempts as it takes (release notifications cut the
+// waits short). TryLock never retries.
 func WithRetry(s RetryStrategy) Option { return func(c *config) { c.retry = s } }
+
+// WithMaxWait bounds how long Lock (and Do) wait for the lock: once d has
+// passed since the call began, the first attempt that fails ends it with
+// ErrNotAcquired (a *QuorumError), and no retry delay runs past d. A
+// waiter behind a lock that keeps moving between other holders is not
+// failed by a count of attempts, only by this limit, its context or its
+// retry strategy. Default 0: no limit; the context bounds the wait.
+func WithMaxWait(d time.Duration) Option { return func(c *config) { c.maxWait = d } }
 
 // WithQuorum requires q nodes instead of a majority. Default: N/2+1 of the
 // configured nodes; 0 picks the default. Otherwise q must be in
@@ -208,6 +218,8 @@ func (c *config) check() error {
 		return fmt.Errorf("%w: node timeout %v must be below the TTL %v", ErrInvalid, c.timeout(), c.ttl)
 	case c.retry == nil:
 		return fmt.Errorf("%w: nil retry strategy", ErrInvalid)
+	case c.maxWait < 0:
+		return fmt.Errorf("%w: negative max wait %v", ErrInvalid, c.maxWait)
 	case !(c.keep.extendAfter > 0 && c.keep.extendAfter < 1):
 		return fmt.Errorf("%w: ExtendAfter must be in (0, 1), got %v", ErrInvalid, c.keep.extendAfter)
 	case c.keep.margin < 0 || c.keep.margin >= c.ttl:

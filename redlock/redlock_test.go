@@ -265,6 +265,81 @@ func TestRetryBudget(t *testing.T) {
 	}
 }
 
+// TestMaxWaitEndsLock: WithMaxWait ends Lock at its first failed
+// attempt after the limit, on the client's clock, and no delay runs past
+// it (the retry delay here is an hour).
+func TestMaxWaitEndsLock(t *testing.T) {
+	fakes, clk, c := setup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)), redlock.WithNotifications(false))
+	for _, f := range fakes {
+		f.put("k", "other", 24*time.Hour)
+	}
+	start := clk.Now()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), "k", redlock.WithMaxWait(3*time.Second))
+		errc <- err
+	}()
+	var err error
+	for err == nil {
+		select {
+		case err = <-errc:
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(time.Second)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Equal(t, 3*time.Second, clk.Since(start), "gave up at the limit, not after an hour's delay")
+	assert.Equal(t, 2, fakes[0].count("acquire"), "one attempt at the start, one at the limit")
+	_, err = c.Lock(context.Background(), "k", redlock.WithMaxWait(-time.Second))
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+}
+
+// TestLockOutlastsAMovingLock: a waiter behind a lock that is busy for far
+// more than 32 attempts (the old budget) is not failed by a count; it gets
+// the lock when the key is free.
+func TestLockOutlastsAMovingLock(t *testing.T) {
+	fakes, clk, c := setup(t, 3) // the default retry
+	for _, f := range fakes {
+		f.put("k", "other", 24*time.Hour)
+	}
+	type result struct {
+		l   *redlock.Lock
+		err error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(context.Background(), "k")
+		rc <- result{l, err}
+	}()
+	var r *result
+	step := func() {
+		select {
+		case x := <-rc:
+			r = &x
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(500 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for r == nil && fakes[0].count("acquire") < 100 {
+		step()
+	}
+	require.Nil(t, r, "Lock gave up while the key was held")
+	for _, f := range fakes {
+		f.restart("k")
+	}
+	for r == nil {
+		step()
+	}
+	require.NoError(t, r.err)
+	require.NoError(t, r.l.Unlock(context.Background()))
+}
+
 func TestLockRetriesUntilFree(t *testing.T) {
 	fakes, clk, c := setup(t, 3)
 	for _, f := range fakes {

@@ -68,10 +68,14 @@ func LimitRetry(s RetryStrategy, tries int) RetryStrategy {
 	})
 }
 
-// DefaultRetry is the strategy Lock uses unless told otherwise: at most 32
-// attempts, exponential backoff with full jitter from 10 ms up to 500 ms.
+// DefaultRetry is the strategy Lock uses unless told otherwise:
+// exponential backoff with full jitter from 10 ms up to 500 ms, with no
+// limit on attempts: a Lock call waits until it holds the lock, its
+// context ends, WithMaxWait's limit passes, or the nodes refuse in a way
+// no retry changes. (It used to give up after 32 attempts, which a waiter
+// behind a busy lock spent in about a second of wake-ups.)
 func DefaultRetry() RetryStrategy {
-	return LimitRetry(ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond), 32)
+	return ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)
 }
 
 func max1ms(d time.Duration) time.Duration {
