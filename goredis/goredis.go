@@ -176,15 +176,17 @@ var (
 	_ node.Inspector = (*redisNode)(nil)
 	_ node.Fencer    = (*redisNode)(nil)
 	_ node.Watcher   = (*redisNode)(nil)
+	_ node.Handoffer = (*redisNode)(nil)
 )
 
 // scripts are node.LuaScripts as go-redis scripts (same source, same
 // SHA1).
-var scripts = func() struct{ acquire, extend, release, inspect, acquireFenced, confirmFence *redis.Script } {
+var scripts = func() struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer *redis.Script } {
 	s := node.LuaScripts()
-	return struct{ acquire, extend, release, inspect, acquireFenced, confirmFence *redis.Script }{
+	return struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer *redis.Script }{
 		redis.NewScript(s.Acquire.Src), redis.NewScript(s.Extend.Src), redis.NewScript(s.Release.Src),
 		redis.NewScript(s.Inspect.Src), redis.NewScript(s.AcquireFenced.Src), redis.NewScript(s.ConfirmFence.Src),
+		redis.NewScript(s.Transfer.Src),
 	}
 }()
 
@@ -200,8 +202,13 @@ func (n *redisNode) String() string { return "goredis node " + n.addr }
 // redigo node sends a plain SET NX PX GET when holderTTL is off; this one
 // keeps one path: go-redis' own retries and the token guard of run are
 // written for scripts.)
-func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, _ bool) (node.Result, error) {
-	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name}, k.Token, ttl.Milliseconds())
+func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	owner := "" // only a waiting attempt registers (node.Handoffer)
+	if holderTTL {
+		owner = k.Owner
+	}
+	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, node.WaitersKey(k.Name)},
+		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds())
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -244,6 +251,21 @@ func (n *redisNode) AcquireFenced(ctx context.Context, k node.Key, ttl, counterT
 func (n *redisNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
 	return n.status(ctx, "confirm", scripts.confirmFence, []string{k.Name, node.FenceKey(k.Name)},
 		k.Token, fence, counterTTL.Milliseconds())
+}
+
+// Transfer runs transfer.lua (see node.Handoffer).
+func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Duration) (node.Result, error) {
+	return n.status(ctx, "transfer", scripts.transfer, []string{from.Name, node.WaitersKey(from.Name)},
+		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
+}
+
+// Leave removes k.Owner from the key's waiters (see node.Handoffer),
+// within ctx's deadline or the node's timeout. A late ZREM is harmless:
+// it removes a registration that a later attempt would renew.
+func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
+	ctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+	return n.fail("leave", n.client.ZRem(ctx, node.WaitersKey(k.Name), k.Owner).Err())
 }
 
 // Inspect runs inspect.lua: the key's token and PTTL in one atomic read.
@@ -394,7 +416,7 @@ func (n *redisNode) fits(keys []string) bool {
 var maxScript = func() int {
 	s := node.LuaScripts()
 	return max(len(s.Acquire.Src), len(s.Extend.Src), len(s.Release.Src), len(s.Inspect.Src),
-		len(s.AcquireFenced.Src), len(s.ConfirmFence.Src))
+		len(s.AcquireFenced.Src), len(s.ConfirmFence.Src), len(s.Transfer.Src))
 }()
 
 // result is cmd's reply, a nil reply (redis.Nil) included.

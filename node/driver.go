@@ -29,7 +29,8 @@ type Script struct {
 // documents its KEYS, ARGV and reply; the Parse functions below read
 // the replies.
 type Scripts struct {
-	// Acquire: KEYS key; ARGV token, ttl ms. Reply: ParseAcquire.
+	// Acquire: KEYS key, WaitersKey(key); ARGV token, ttl ms, owner ("":
+	// do not register as a waiter), WaiterLease ms. Reply: ParseAcquire.
 	Acquire Script
 	// Extend: KEYS key; ARGV token, ttl ms. Reply: ParseStatus.
 	Extend Script
@@ -44,6 +45,9 @@ type Scripts struct {
 	// ConfirmFence: KEYS key, FenceKey(key); ARGV token, fence, counter
 	// TTL ms. Reply: ParseStatus.
 	ConfirmFence Script
+	// Transfer: KEYS key, WaitersKey(key); ARGV holder's token,
+	// successor's token, ttl ms, owner. Reply: ParseStatus.
+	Transfer Script
 }
 
 // LuaScripts returns the scripts a lock node runs. Run them by EVALSHA
@@ -52,12 +56,13 @@ type Scripts struct {
 func LuaScripts() Scripts { return luaScripts }
 
 var luaScripts = Scripts{
-	Acquire:       newLua(acquireLua, 1),
+	Acquire:       newLua(acquireLua, 2),
 	Extend:        newLua(extendLua, 1),
 	Release:       newLua(releaseLua, 1),
 	Inspect:       newLua(inspectLua, 1),
 	AcquireFenced: newLua(acquireFencedLua, 2),
 	ConfirmFence:  newLua(confirmFenceLua, 2),
+	Transfer:      newLua(transferLua, 2),
 }
 
 func newLua(src string, keys int) Script {

@@ -72,6 +72,12 @@ type Result struct {
 type Key struct {
 	Name  string // the Redis key
 	Token string // the random value stored under it
+	// Owner tags the client that made the key, the same for all its
+	// locks ("" for none): an Acquire asked for the holder's TTL that
+	// finds the key taken registers the owner as waiting (see
+	// Handoffer), so that a holder hands the lock on within its own
+	// client only while no other client waits.
+	Owner string
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 }
@@ -190,6 +196,43 @@ type Inspector interface {
 	// Inspect reports the key's token and remaining TTL in one atomic
 	// read, within ctx's deadline.
 	Inspect(ctx context.Context, key string) (Info, error)
+}
+
+// WaitersKey is the key under which a node keeps the clients waiting for
+// lock key: key + ":waiters", a sorted set of Key.Owner tags scored by
+// when their lease ends (see Handoffer). It lives beside the lock key, so
+// an ACL key pattern that covers one covers the other, and expires with
+// the last lease.
+func WaitersKey(key string) string { return key + ":waiters" }
+
+// WaiterLease is how long a waiter's registration lasts on a node after
+// the Acquire that made it; a waiter renews it with each attempt.
+const WaiterLease = 2 * time.Second
+
+// Handoffer is a Node that can hand a lock to the next holder of the same
+// client in one command, so that a lock queued for within one process
+// moves in one round trip instead of a release, a wake-up and an acquire.
+// It is optional: a client hands over only when every node is one.
+//
+// An Acquire with holderTTL (a waiting attempt) of a Key with an Owner
+// that finds the key taken registers the owner under WaitersKey for
+// WaiterLease; one that sets the key drops it. A node that cannot keep
+// the registrations (an ACL user without the sorted-set commands) still
+// acquires; its transfers then always release.
+type Handoffer interface {
+	// Transfer sets the key to to.Token with TTL ttl where it holds
+	// from.Token, or nothing, or to.Token already (the same command run
+	// twice): Done. Where it holds another token: Taken, nothing
+	// changed. Where a client other than from.Owner is registered as
+	// waiting (or the registrations cannot be read), it releases
+	// from.Token as Release with announce would, and answers Absent: the
+	// lock goes back to competition, so that handing over within one
+	// client never locks other clients out. from and to have the same
+	// Name and Owner.
+	Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error)
+	// Leave drops k.Owner's registration as a waiter for k.Name: a
+	// waiter that gives up leaves nothing behind.
+	Leave(ctx context.Context, k Key) error
 }
 
 // FenceKey is the key of the fence counter of lock key: key + ":fence".

@@ -78,6 +78,8 @@ var (
 	acquireFencedLua string
 	//go:embed scripts/confirm_fence.lua
 	confirmFenceLua string
+	//go:embed scripts/transfer.lua
+	transferLua string
 
 	acquireScript = boxed(luaScripts.Acquire)
 	extendScript  = boxed(luaScripts.Extend)
@@ -86,6 +88,9 @@ var (
 
 	acquireFencedScript = boxed(luaScripts.AcquireFenced)
 	confirmFenceScript  = boxed(luaScripts.ConfirmFence)
+	transferScript      = boxed(luaScripts.Transfer)
+
+	waiterLeaseMS = WaiterLease.Milliseconds()
 )
 
 // script is a Lua script's source and SHA1, boxed once for redigo's
@@ -131,6 +136,7 @@ var (
 	_ Inspector = (*Redis)(nil)
 	_ Fencer    = (*Redis)(nil)
 	_ Watcher   = (*Redis)(nil)
+	_ Handoffer = (*Redis)(nil)
 	_ io.Closer = (*Redis)(nil)
 
 	_ LateAnswerer = (*Redis)(nil)
@@ -249,7 +255,7 @@ func (r *Redis) Close() error {
 // PTTL; so does a node older than Redis 7.0, which refuses NX with GET.
 func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL bool) (Result, error) {
 	if holderTTL || r.noSetGet.Load() {
-		return r.acquireScript(ctx, k, ttl)
+		return r.acquireScript(ctx, k, ttl, holderTTL)
 	}
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, token, "NX", "PX", r.ms(ttl), "GET"})
@@ -257,7 +263,7 @@ func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL
 		if syntaxError(err) {
 			// Before 7.0; nothing was set. Scripts from now on.
 			r.noSetGet.Store(true)
-			return r.acquireScript(ctx, k, ttl)
+			return r.acquireScript(ctx, k, ttl, false)
 		}
 		return Result{}, err
 	}
@@ -265,9 +271,16 @@ func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL
 	return res, r.fail("acquire", err)
 }
 
-// acquireScript is Acquire by acquire.lua.
-func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
-	reply, err := r.eval(ctx, "acquire", acquireScript, k, r.ms(ttl))
+// acquireScript is Acquire by acquire.lua; wait registers k.Owner as a
+// waiter when the key is taken.
+func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error) {
+	owner := ""
+	if wait {
+		owner = k.Owner
+	}
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA",
+		[]any{acquireScript.hash, 2, name, WaitersKey(k.Name), token, r.ms(ttl), owner, waiterLeaseMS})
 	if err != nil {
 		return Result{}, err
 	}
@@ -344,6 +357,22 @@ func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL
 	return res, r.fail("confirm", err)
 }
 
+// Transfer runs transfer.lua (see Handoffer).
+func (r *Redis) Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error) {
+	reply, err := r.evalKeys(ctx, "transfer", transferScript, 2, from.Name, WaitersKey(from.Name), from.Token, to.Token, ttl.Milliseconds(), from.Owner)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("transfer", err)
+}
+
+// Leave removes k.Owner from the key's waiters (see Handoffer).
+func (r *Redis) Leave(ctx context.Context, k Key) error {
+	_, err := r.do(ctx, "leave", "ZREM", WaitersKey(k.Name), k.Owner)
+	return err
+}
+
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	reply, err := r.evalKeys(ctx, "inspect", inspectScript, 1, key)
@@ -367,16 +396,9 @@ func (r *Redis) script(ctx context.Context, op string, s *script, k Key, arg any
 	return res, r.fail(op, err)
 }
 
-// eval runs s, a script of one key and two arguments (the token and arg),
-// on k by EVALSHA and falls back to EVAL (which also loads the script)
-// when the node answers NOSCRIPT, e.g. after a restart or SCRIPT FLUSH.
-func (r *Redis) eval(ctx context.Context, op string, s *script, k Key, arg any) (any, error) {
-	name, token := k.Boxed()
-	return r.call(ctx, op, s, "EVALSHA", []any{s.hash, 1, name, token, arg})
-}
-
-// evalKeys is eval of a script with nkeys keys: args holds the keys, then
-// the script's arguments.
+// evalKeys runs s, a script of nkeys keys, by EVALSHA, and by EVAL (which
+// also loads it) after NOSCRIPT (a restart, SCRIPT FLUSH): args holds the
+// keys, then the script's arguments.
 func (r *Redis) evalKeys(ctx context.Context, op string, s *script, nkeys int, args ...any) (any, error) {
 	cmd := make([]any, 0, 2+len(args))
 	cmd = append(cmd, s.hash, nkeys)

@@ -117,6 +117,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("TLS", func(t *testing.T) { testTLS(t, f) })
 	t.Run("Watch", func(t *testing.T) { testWatch(t, f) })
 	t.Run("Fence", func(t *testing.T) { testFence(t, f) })
+	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
 }
 
@@ -825,6 +826,59 @@ func testFence(t *testing.T, f Factory) {
 	assert.Greater(t, next.Fence, res.Fence+1000, "fences grow from one grant to the next")
 	e.resultOf(e.n.Release(e.ctx, node.Key{Name: k.Name, Token: "tok-3"}, false))(node.Done, "release")
 	e.do("DEL", fk)
+}
+
+// testHandoff: a waiting acquire registers its owner, a transfer within
+// one client replaces the token in one step, and a waiter of another
+// client turns the transfer into an announced release.
+func testHandoff(t *testing.T, f Factory) {
+	e := start(t, f)
+	h, ok := e.n.(node.Handoffer)
+	if !ok {
+		t.Skip("the node is not a node.Handoffer")
+	}
+	k := node.Key{Name: "lk:handoff", Token: "tok-1", Owner: "client-a"}
+	wk := node.WaitersKey(k.Name)
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
+
+	// A first (plain) attempt of another goroutine of client a registers
+	// nothing; a waiting one does, for the lease.
+	next := node.Key{Name: k.Name, Token: "tok-2", Owner: "client-a"}
+	e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, false))(node.Taken, "a plain acquire of a held key")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "a plain attempt does not register")
+	e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, true))(node.Taken, "a waiting acquire")
+	assert.Equal(t, int64(1), e.do("ZCARD", wk), "a waiting attempt registers its owner")
+	assert.InDelta(t, node.WaiterLease, e.pttl(wk), float64(time.Second), "for the lease")
+
+	e.resultOf(h.Transfer(e.ctx, k, next, 30*time.Second))(node.Done, "a transfer within one client")
+	assert.Equal(t, "tok-2", e.get(k.Name), "the successor holds the key")
+	assert.InDelta(t, 30*time.Second, e.pttl(k.Name), float64(2*time.Second), "for the TTL given")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "the owner's registration is gone")
+	e.resultOf(h.Transfer(e.ctx, k, next, 30*time.Second))(node.Done, "the same transfer again")
+	e.resultOf(h.Transfer(e.ctx, node.Key{Name: k.Name, Token: "tok-9", Owner: "client-a"}, k, time.Minute))(node.Taken, "a transfer from a token that does not hold the key")
+	assert.Equal(t, "tok-2", e.get(k.Name), "changes nothing")
+
+	// A waiter of client b: the next transfer releases, announced.
+	other := node.Key{Name: k.Name, Token: "tok-b", Owner: "client-b"}
+	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "client b waits")
+	sub := redistest.Dial(t, "redis://"+e.addr)
+	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(k.Name))
+	require.NoError(t, err)
+	third := node.Key{Name: k.Name, Token: "tok-3", Owner: "client-a"}
+	e.resultOf(h.Transfer(e.ctx, next, third, time.Minute))(node.Absent, "a transfer while another client waits")
+	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "the holder's key is released instead")
+	require.NotNil(t, receive(t, sub, 5*time.Second), "and the release announced")
+	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Done, "client b takes the lock")
+	assert.Equal(t, int64(0), e.do("ZCARD", wk), "its registration is gone")
+
+	// A transfer to a free key acts as an acquire; Leave drops a
+	// registration.
+	e.resultOf(e.n.Release(e.ctx, other, false))(node.Done, "release")
+	e.resultOf(h.Transfer(e.ctx, next, third, time.Minute))(node.Done, "a transfer to a free key")
+	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "client b waits again")
+	require.NoError(t, h.Leave(e.ctx, other))
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "Leave drops the registration")
+	e.resultOf(e.n.Release(e.ctx, third, false))(node.Done, "release")
 }
 
 // serverMicros is the server's TIME in microseconds.
