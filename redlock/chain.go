@@ -65,12 +65,14 @@ type step struct {
 
 // command is what a round does on every node.
 type command struct {
-	op       string        // "acquire", "confirm", "extend", "reseed" or "release", for errors and hooks
+	op       string        // "acquire", "confirm", "extend", "reseed", "transfer" or "release", for errors and hooks
 	ttl      time.Duration // acquire, extend: the keys' TTL
 	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
 	fence    int64         // confirm: the fence to raise the counters to
 	announce bool          // release: tell waiters (Unlock, not a rollback)
 	wait     bool          // acquire: ask a Taken node for the holder's TTL
+	from     *Lock         // transfer: the lock handed over (its key, and its chain's expiry)
+	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
 }
 
 // round is one command sent through a chain: the quorum round that counts
@@ -96,7 +98,7 @@ func (ch *chain) send(ctx context.Context, cmd command) *round {
 	n := len(ch.c.nodes)
 	r := &round{ch: ch, cmd: cmd, prev: ch.tail, next: make([]step, n), base: ctx}
 	ch.tail = r.next
-	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" {
+	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" || cmd.op == "transfer" {
 		// A key set now lives ttl from when the node runs the command:
 		// two node timeouts from now at the latest, unless it is late.
 		// (A call may wait up to a node timeout for the lock's previous
@@ -165,7 +167,7 @@ func (r *round) Call(i int) (node.Result, error) {
 		if passes {
 			return r.passed(i, prev)
 		}
-	case r.passes(prev):
+	case r.passes(i, prev):
 		return r.passed(i, prev)
 	case c.rtts == nil:
 		res, err = r.do(r.rctx, i, prev)
@@ -178,7 +180,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	if c.rtts != nil {
 		c.adapt(i, took, err)
 	}
-	if err != nil && r.cmd.op == "release" {
+	if err != nil && (r.cmd.op == "release" || r.cmd.op == "transfer") {
 		r.retryRelease(i, err)
 	}
 	if c.cfg.hooks.NodeCall != nil {
@@ -193,7 +195,10 @@ func (r *round) Call(i int) (node.Result, error) {
 // is handed back unused.
 func (r *round) passed(i int, prev *step) (node.Result, error) {
 	res, err := node.Result{Status: prev.res.Status}, prev.err
-	if r.cmd.op == "release" {
+	switch {
+	case r.cmd.freed != nil && r.cmd.freed[i]:
+		res, err = node.Result{Status: node.Done}, nil
+	case r.cmd.op == "release":
 		res = prev.res
 	}
 	r.next[i].reached = reached(prev, err)
@@ -223,7 +228,7 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 	if !r.ch.await(prev, ctx.Done()) {
 		return node.Result{}, false, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
 	}
-	if r.passes(prev) {
+	if r.passes(i, prev) {
 		return node.Result{}, true, nil
 	}
 	// Usually the previous command was the tail of an acquire that
@@ -268,6 +273,8 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 		return n.Extend(ctx, k, cmd.ttl)
 	case "reseed":
 		return n.Acquire(ctx, k, cmd.ttl, false)
+	case "transfer":
+		return n.(node.Handoffer).Transfer(ctx, cmd.from.k, k, cmd.ttl)
 	default: // "release"
 		return n.Release(ctx, k, cmd.announce)
 	}
@@ -282,18 +289,20 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 //     key again;
 //   - release: nothing to release where the previous command proved the
 //     key is not ours (Taken or Absent: a SET NX's refusal, or a script
-//     that found another token or none).
+//     that found another token or none), nor where a transfer of the
+//     lock already removed its key (cmd.freed: answered Done).
 //
 // Such a node is not called: its breaker, timeout estimate and hooks
 // hear nothing of it.
-func (r *round) passes(prev *step) bool {
+func (r *round) passes(i int, prev *step) bool {
 	switch r.cmd.op {
 	case "confirm":
 		return prev.err != nil || prev.res.Status != node.Done
 	case "reseed":
 		return prev.err != nil || prev.res.Status != node.Absent
 	case "release":
-		return prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
+		return (r.cmd.freed != nil && r.cmd.freed[i]) ||
+			prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
 	}
 	return false
 }

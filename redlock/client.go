@@ -50,6 +50,11 @@ type Client struct {
 	// noFence is the error of a fenced lock on these nodes: nil when
 	// every node is a node.Fencer.
 	noFence error
+	// tag names this client on the nodes (node.Key.Owner): 16 random hex
+	// digits. handoff: every node is a node.Handoffer, so Unlock can hand
+	// the lock to this client's next waiter (see handoff.go).
+	tag     string
+	handoff bool
 	// rtts has one round-trip estimate per node, for the adaptive node
 	// timeouts; nil when WithNodeTimeout fixes them (see rto.go). lates
 	// has each node as a node.LateAnswerer (nil where it is not one), for
@@ -165,9 +170,13 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	c.lates = make([]node.LateAnswerer, n)
+	c.handoff = true
 	for i, nd := range nodes {
 		c.lates[i], _ = nd.(node.LateAnswerer)
+		_, ok := nd.(node.Handoffer)
+		c.handoff = c.handoff && ok
 	}
+	c.tag = newToken()[:16]
 	if cfg.nodeTimeout == 0 {
 		c.rtts = make([]rtt, n)
 	}
@@ -270,7 +279,7 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 		err      error
 	)
 	if once {
-		l, attempts, err = c.retry(ctx, key, cfg)
+		l, attempts, err = c.retry(ctx, key, cfg, false)
 	} else {
 		l, attempts, err = c.wait(ctx, key, cfg)
 	}
@@ -294,7 +303,7 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int,
 			return nil, 0, ErrClosed
 		}
 	}
-	return c.retry(ctx, key, cfg)
+	return c.retry(ctx, key, cfg, true)
 }
 
 // retry makes attempts until one succeeds, cfg.retry gives up or cfg.maxWait has passed; it
@@ -302,22 +311,30 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int,
 // subscribes to the key's releases and, once subscribed, tries once more
 // at once (a release in between is not missed); later waits end at the
 // first release notification, at the moment the holder's keys expire on a
-// majority, or after the retry delay, whichever comes first.
-func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
+// majority, or after the retry delay, whichever comes first. A call that
+// heads key's local queue (queued) also takes the lock when an Unlock of
+// this client hands it over (see handoff.go).
+func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool) (l *Lock, attempt int, err error) {
 	var (
 		w    *watches
+		o    *offer
 		perm []int8 // per node, as refusals: what its last reply said
 	)
 	defer func() {
 		if w != nil {
 			w.stop()
 		}
+		c.withdraw(key, o, l)
+		if l == nil && attempt > 1 {
+			// Waiting attempts registered this client as a waiter.
+			c.leaveWaiters(key)
+		}
 	}()
 	var giveUp time.Time // WithMaxWait's limit, on the client's clock
 	if cfg.maxWait > 0 {
 		giveUp = c.clk.Now().Add(cfg.maxWait)
 	}
-	for attempt := 1; ; attempt++ {
+	for attempt = 1; ; attempt++ {
 		// Only an attempt after a failed one asks the nodes for the
 		// holder's TTL (by script): the first attempt of a Lock call, and
 		// TryLock's only one, stay one plain SET per node.
@@ -343,6 +360,9 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 			return nil, attempt, qe
 		}
 		if attempt == 1 {
+			if queued {
+				o = c.offer(key, cfg)
+			}
 			if w = c.watch(key); w != nil {
 				err = w.ready(ctx, c, d)
 				if err == nil {
@@ -354,7 +374,27 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 			if qe.freeIn > 0 {
 				d = min(d, qe.freeIn)
 			}
-			err = c.sleep(ctx, d, w.wake())
+			var (
+				g      *Lock
+				handed bool
+			)
+			g, handed, err = c.sleep(ctx, d, w.wake(), o)
+			switch {
+			case g != nil:
+				return g, attempt, nil
+			case handed && err == nil:
+				// The handoff released the lock instead, most likely
+				// for a waiter of another client, woken by the
+				// release: it goes first. This call, deaf to that
+				// release, tries again two node timeouts later (time
+				// for that waiter's acquire), or sooner if its delay
+				// is shorter.
+				d = min(d, 2*cfg.timeout())
+				g, _, err = c.sleep(ctx, d, nil, o)
+				if g != nil {
+					return g, attempt, nil
+				}
+			}
 		}
 		if err != nil {
 			if err == ErrClosed {
@@ -366,21 +406,30 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config) (*Lock, int
 	}
 }
 
-// sleep waits d on the client's clock, or until wake receives. It
-// returns ctx's error if ctx ends first, ErrClosed if the client is
-// closed first.
-func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+// sleep waits d on the client's clock, or until wake receives, or until
+// o (nil: none) receives a handoff: then handed is true, and the lock
+// handed over is returned (nil when the handoff released the lock
+// instead). It returns ctx's error if ctx ends first, ErrClosed if the
+// client is closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, o *offer) (l *Lock, handed bool, err error) {
+	var gift chan *Lock
+	if o != nil {
+		gift = o.gift
+	}
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C():
-		return nil
+		return nil, false, nil
 	case <-wake:
-		return nil
+		return nil, false, nil
+	case g := <-gift:
+		c.taken(o)
+		return g, true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, false, ctx.Err()
 	case <-c.done:
-		return ErrClosed
+		return nil, false, ErrClosed
 	}
 }
 
@@ -496,7 +545,9 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool) (*
 	}
 	// A fresh token per attempt, not just per Lock call: a late rollback
 	// of a failed attempt then can never delete the keys of a later one.
-	l := newLock(c, node.NewKey(key, newToken()), cfg)
+	k := node.NewKey(key, newToken())
+	k.Owner = c.tag
+	l := newLock(c, k, cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)

@@ -228,6 +228,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 // section outran the lock; ErrClosed after the client's Close; another
 // *QuorumError when too many nodes failed to tell (the keys then expire by
 // their TTL). After Unlock, TTL is 0 whatever the outcome.
+//
+// When another goroutine of the same client waits in Lock for the key and
+// no other client is registered as waiting on the nodes, Unlock hands the
+// lock to it instead, in one round (a transfer on every node; the nodes
+// must be node.Handoffers): nil means a majority transferred, or, when it
+// did not, that the lock was released as above (docs/DESIGN.md, "Handing
+// over within one client").
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNilLock
@@ -252,11 +259,23 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// unlock sends a release round and counts it; expired says the validity
-// had run out before Unlock was called.
+// unlock hands the lock to this client's next waiter for its key, if
+// one is ready (see handoff.go), or releases it; expired says the
+// validity had run out before Unlock was called.
 func (l *Lock) unlock(ctx context.Context, expired bool) error {
+	if !expired {
+		if o := l.c.claim(l); o != nil {
+			return l.handOff(ctx, o)
+		}
+	}
+	return l.release(ctx, expired, nil)
+}
+
+// release sends a release round and counts it; freed (nil: none) marks
+// the nodes where a transfer already removed the key.
+func (l *Lock) release(ctx context.Context, expired bool, freed []bool) error {
 	c := l.c
-	r := l.ch.send(ctx, command{op: "release", announce: true})
+	r := l.ch.send(ctx, command{op: "release", announce: true, freed: freed})
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
 	case expired:

@@ -84,7 +84,7 @@ func (i OpInfo) Outcome() string {
 type NodeCallInfo struct {
 	Node    int    // index in the configured list
 	Addr    string // the node's address
-	Op      string // "acquire", "confirm" (fenced locks), "extend", "reseed" (see Lock.Extend) or "release"
+	Op      string // "acquire", "confirm" (fenced locks), "extend", "reseed" (see Lock.Extend), "transfer" (a handoff, see Lock.Unlock), "leave" (a waiter giving up) or "release"
 	Latency time.Duration
 	Err     error // nil when the node answered (done, taken or absent)
 }

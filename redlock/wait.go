@@ -29,6 +29,7 @@ type turnstile struct {
 	// once and has none (nil): the uncontended Lock makes no channel.
 	waiters []chan struct{}
 	first   [1]chan struct{} // backing array for the usual single waiter
+	head    *offer           // the head's offer to take a handoff; nil until it makes one
 }
 
 // join queues a Lock call for key and returns its turn: nil when it is

@@ -1,0 +1,80 @@
+package integration_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// transfers counts the transfer calls a client's nodes answered Done.
+func transfers(n *atomic.Int64) redlock.Option {
+	return redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Op == "transfer" && i.Err == nil {
+			n.Add(1)
+		}
+	}})
+}
+
+// TestHandoffWithinOneClient: six goroutines of one client contend for a
+// key while node 0 is paused for a second and node 1 is stopped and
+// started again: the lock moves between them by transfer, the checker
+// finds no two holders at once and no lost update, and every goroutine
+// gets its turn.
+func TestHandoffWithinOneClient(t *testing.T) {
+	p := prefix(t, 3*time.Second)
+	var handed atomic.Int64
+	c := client(t, redlock.WithNodeTimeout(100*time.Millisecond), transfers(&handed))
+	var chk checker.Checker
+	var ctr checker.Counter
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(500 * time.Millisecond)
+		resume := scPause(t, shared, 0)
+		time.Sleep(time.Second)
+		resume()
+		start := scStop(t, shared, 1)
+		time.Sleep(500 * time.Millisecond)
+		start()
+	}()
+	scContend([]*redlock.Client{c, c, c, c, c, c}, 4*time.Second, p+"k", &chk, &ctr)
+	<-done
+	require.Empty(t, chk.Overlaps(), chk.Report())
+	lost, value, want := ctr.Lost()
+	require.Zero(t, lost, "lost updates: counter %d, increments %d", value, want)
+	grants := chk.Grants()
+	assert.Len(t, grants, 6, "every goroutine got the lock: %v", grants)
+	assert.Greater(t, handed.Load(), int64(want), "most grants came by transfer (%d transfer calls for %d sections)", handed.Load(), want)
+	t.Logf("%d critical sections, %d transfer calls answered: %v", want, handed.Load(), grants)
+}
+
+// TestHandoffLeavesRoomForOtherClients: four goroutines of one client
+// keep the lock busy among themselves by handoff, while one goroutine of
+// a second client (another host) waits too: its registration on the
+// nodes turns the first client's transfers into releases, so it gets the
+// lock again and again instead of never.
+func TestHandoffLeavesRoomForOtherClients(t *testing.T) {
+	p := prefix(t, 3*time.Second)
+	var handed atomic.Int64
+	busy := client(t, redlock.WithNodeTimeout(100*time.Millisecond), transfers(&handed))
+	other := client(t, redlock.WithNodeTimeout(100*time.Millisecond))
+	var chk checker.Checker
+	var ctr checker.Counter
+	scContend([]*redlock.Client{busy, busy, busy, busy, other}, 3*time.Second, p+"k", &chk, &ctr)
+	require.Empty(t, chk.Overlaps(), chk.Report())
+	lost, value, want := ctr.Lost()
+	require.Zero(t, lost, "lost updates: counter %d, increments %d", value, want)
+	grants := chk.Grants()
+	total := 0
+	for _, n := range grants {
+		total += n
+	}
+	assert.GreaterOrEqual(t, grants[4]*10, total, "the other client had at least a tenth of the grants: %v", grants)
+	t.Logf("grants per goroutine (4 = the other client): %v; %d transfer calls answered", grants, handed.Load())
+}

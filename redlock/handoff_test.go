@@ -1,0 +1,232 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// handoffSetup is setup over nodes that offer node.Handoffer; a second
+// client on the same nodes stands for another host.
+func handoffSetup(t *testing.T, n int, opts ...redlock.Option) ([]*fakeNode, []node.Node, *clock.Fake, *redlock.Client) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(n, clk)
+	nodes := asHandoff(fakes)
+	c := handoffClient(t, nodes, clk, opts...)
+	return fakes, nodes, clk, c
+}
+
+func handoffClient(t *testing.T, nodes []node.Node, clk *clock.Fake, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	opts = append([]redlock.Option{redlock.WithClock(clk), redlock.WithNodeTimeout(500 * time.Millisecond), redlock.WithTTL(10 * time.Second)}, opts...)
+	c, err := redlock.New(nodes, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := c.Close(); !errors.Is(err, redlock.ErrAbandoned) {
+			require.NoError(t, err)
+		}
+	})
+	return c
+}
+
+type lockResult struct {
+	l   *redlock.Lock
+	err error
+}
+
+// waitIn starts c.Lock(ctx, key) and returns once the call is waiting
+// (its retry delay is a timer on the fake clock), with its result to come.
+func waitIn(t *testing.T, ctx context.Context, c *redlock.Client, clk *clock.Fake, key string, timers int) <-chan lockResult {
+	t.Helper()
+	out := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		out <- lockResult{l, err}
+	}()
+	require.Eventually(t, func() bool { return clk.Waiters() >= timers }, 5*time.Second, time.Millisecond, "the waiter sleeps")
+	return out
+}
+
+func receiveLock(t *testing.T, rc <-chan lockResult) lockResult {
+	t.Helper()
+	select {
+	case r := <-rc:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lock did not return")
+		return lockResult{}
+	}
+}
+
+// TestHandoffWithinClient: a goroutine's Unlock hands the lock to the
+// client's waiting goroutine in one transfer per node, no release, no
+// retry delay (an hour); the successor holds a fresh token on every node,
+// valid for its TTL from the transfer.
+func TestHandoffWithinClient(t *testing.T) {
+	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+
+	clk.Advance(time.Second)
+	handed := clk.Now()
+	require.NoError(t, first.Unlock(ctx))
+	r := receiveLock(t, rc)
+	require.NoError(t, r.err)
+	next := r.l
+	assert.NotEqual(t, first.Token(), next.Token())
+	assert.Equal(t, 3, holders(fakes, "k", next.Token()), "the successor's token on every node")
+	assert.Equal(t, clock.Until(handed, 10*time.Second, redlock.DefaultDriftFactor), next.Until(), "valid from the transfer")
+	assert.Zero(t, first.TTL())
+	for _, f := range fakes {
+		assert.Equal(t, 1, f.count("transfer"))
+		assert.Zero(t, f.count("release"), "no release: the transfer replaced the token")
+	}
+	require.ErrorIs(t, first.Unlock(ctx), redlock.ErrNotHeld, "the old lock is gone")
+	require.NoError(t, next.Unlock(ctx))
+	assert.Zero(t, holders(fakes, "k", next.Token()))
+}
+
+// TestHandoffOnAMinorityFallsBack: when only one of three nodes
+// transfers, the successor's key there is rolled back, the lock is
+// released as by a plain Unlock, and the successor takes it by an
+// attempt of its own.
+func TestHandoffOnAMinorityFallsBack(t *testing.T) {
+	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	for _, f := range fakes[1:] {
+		f.setBefore(failOn("transfer"))
+	}
+	require.NoError(t, first.Unlock(ctx), "released on every node")
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 0 }, 5*time.Second, time.Millisecond)
+	var r lockResult
+	for done := false; !done; {
+		select {
+		case r = <-rc:
+			done = true
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(20 * time.Millisecond)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.NoError(t, r.err)
+	assert.Equal(t, 3, holders(fakes, "k", r.l.Token()), "taken by an acquire of its own")
+	assert.Equal(t, 1, fakes[0].count("transfer"))
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestHandoffYieldsToAnotherClient: while a waiter of another client is
+// registered on the nodes, an Unlock does not hand the lock to its own
+// client's waiter: the nodes release it (announced), and the other
+// client's waiter takes it. Its lease lapsed, handoffs resume.
+func TestHandoffYieldsToAnotherClient(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	other := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	orc := waitIn(t, ctx, other, clk, "k", 1)
+	clk.Advance(200 * time.Millisecond) // its second attempt registers it
+	require.Eventually(t, func() bool { return nodes[0].(*handoffNode).waiting("k") == 1 && clk.Waiters() == 1 }, 5*time.Second, time.Millisecond)
+	rc := waitIn(t, ctx, c, clk, "k", 2)
+
+	require.NoError(t, first.Unlock(ctx))
+	assert.Zero(t, holders(fakes, "k", first.Token()), "released, not handed over")
+	var r lockResult
+	for done := false; !done; {
+		select {
+		case r = <-orc:
+			done = true
+		default:
+			clk.Advance(100 * time.Millisecond)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.NoError(t, r.err, "the other client's waiter")
+	assert.Equal(t, 3, holders(fakes, "k", r.l.Token()))
+	select {
+	case mine := <-rc:
+		t.Fatalf("this client's waiter got the lock too: %v", mine.err)
+	default:
+	}
+	require.NoError(t, r.l.Unlock(ctx))
+	for done := false; !done; {
+		select {
+		case r = <-rc:
+			done = true
+		default:
+			clk.Advance(100 * time.Millisecond)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.NoError(t, r.err, "this client's waiter, after")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestHandoffToAWaiterThatGaveUp: the waiter's context ends while the
+// transfer to it is under way; its Lock returns the context's error and
+// the lock handed to it is unlocked: no key is left.
+func TestHandoffToAWaiterThatGaveUp(t *testing.T) {
+	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	rc := waitIn(t, wctx, c, clk, "k", 1)
+	open := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("transfer", open))
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- first.Unlock(ctx) }()
+	require.Eventually(t, func() bool { return fakes[2].count("transfer") == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	time.Sleep(20 * time.Millisecond) // the waiter sees its context end, and waits for the transfer
+	close(open)
+	require.NoError(t, <-unlocked)
+	r := receiveLock(t, rc)
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.Eventually(t, func() bool {
+		for _, f := range fakes {
+			if f.token("k") != "" {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the unwanted lock was unlocked")
+}
+
+// TestWaiterThatGivesUpLeaves: a Lock call that waited (and so registered
+// as a waiter) and gives up drops its registration on every node.
+func TestWaiterThatGivesUpLeaves(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	clk.Advance(200 * time.Millisecond)
+	require.Eventually(t, func() bool { return nodes[2].(*handoffNode).waiting("k") == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	r := receiveLock(t, rc)
+	require.ErrorIs(t, r.err, context.Canceled)
+	for i, n := range nodes {
+		assert.Zero(t, n.(*handoffNode).waiting("k"), "node %d", i)
+		assert.Equal(t, 1, fakes[i].count("leave"))
+	}
+}
