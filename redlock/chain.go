@@ -71,7 +71,8 @@ type command struct {
 	fence    int64         // confirm: the fence to raise the counters to
 	announce bool          // release: tell waiters (Unlock, not a rollback)
 	wait     bool          // acquire: ask a Taken node for the holder's TTL
-	from     *Lock         // transfer: the lock handed over (its key, and its chain's expiry)
+	from     *Lock         // transfer: the lock handed over, and
+	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
 }
 
@@ -134,7 +135,13 @@ func (r *round) Skip(i int) error {
 		return nil
 	}
 	err := &node.Error{Addr: c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrCircuitOpen}
-	s.reached = s.sent // an earlier command went out; it may have reached the node
+	// A key of the lock may be there as far as the earlier commands got:
+	// once the previous one has returned, its flag says; before, it
+	// cannot be read, and an earlier command that was sent may have.
+	s.reached = s.sent
+	if r.prev != nil && r.ch.landed(&r.prev[i]) {
+		s.reached = r.prev[i].reached
+	}
 	r.ch.finish(s, node.Result{}, err)
 	c.callDone(i, r.cmd.op, 0, err)
 	r.end()
@@ -162,6 +169,8 @@ func (r *round) Call(i int) (node.Result, error) {
 	)
 	var passes bool
 	switch {
+	case r.cmd.fromTail != nil && !r.cmd.from.ch.landed(&r.cmd.fromTail[i]):
+		res, err = r.afterFrom(i)
 	case prev != nil && !r.ch.landed(prev):
 		res, passes, err = r.late(i, prev)
 		if passes {
@@ -180,7 +189,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	if c.rtts != nil {
 		c.adapt(i, took, err)
 	}
-	if err != nil && (r.cmd.op == "release" || r.cmd.op == "transfer") {
+	if err != nil && r.cmd.op == "release" {
 		r.retryRelease(i, err)
 	}
 	if c.cfg.hooks.NodeCall != nil {
@@ -242,6 +251,26 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 	}
 	res, err = r.do(ctx, i, prev)
 	return res, false, err
+}
+
+// afterFrom is Call's transfer on node i when the handed-over lock's last
+// command there has not returned: as late, with that command in the
+// other lock's chain.
+func (r *round) afterFrom(i int) (node.Result, error) {
+	from := &r.cmd.from.ch
+	ctx, cancel := r.callCtx(i)
+	if cancel != nil {
+		defer cancel()
+	}
+	if !from.await(&r.cmd.fromTail[i], ctx.Done()) {
+		return node.Result{}, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
+	}
+	if d, _ := ctx.Deadline(); time.Until(d) < r.timeout(i)/2 {
+		var cancel2 context.CancelFunc
+		ctx, cancel2 = context.WithTimeout(r.base, r.timeout(i))
+		defer cancel2()
+	}
+	return r.do(ctx, i, nil)
 }
 
 // timed is do for node i with the node's own timeout (see rto.go), and

@@ -131,9 +131,17 @@ func TestBreakerSkipsADeadNode(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
 	}
+	// Unlock returns at a majority: each cycle's release to the dead node
+	// is let fail before the clock moves, so that it counts at its time.
+	released := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return fakes[2].count("release") == n }, 5*time.Second, time.Millisecond)
+	}
 	cycle() // acquire and release fail together: they count once
+	released(1)
 	clk.Advance(time.Second)
 	cycle() // 2: a default Span (2 × the 500ms node timeout) later
+	released(2)
 	clk.Advance(time.Second)
 	cycle() // 3: open (during the acquire or the release)
 	require.Eventually(t, func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.changes) == 1 }, 5*time.Second, time.Millisecond)
