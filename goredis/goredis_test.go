@@ -94,10 +94,11 @@ func anys(s []string) []any {
 
 func TestScriptsAreTheNodePackages(t *testing.T) {
 	s := node.LuaScripts()
-	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence} {
+	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence, s.Transfer} {
 		assert.Equal(t, sc.Hash, redis.NewScript(sc.Src).Hash())
 	}
-	assert.Equal(t, 1, s.Acquire.Keys)
+	assert.Equal(t, 2, s.Acquire.Keys)
+	assert.Equal(t, 2, s.Transfer.Keys)
 	assert.Equal(t, 1, s.Extend.Keys)
 	assert.Equal(t, 1, s.Release.Keys)
 	assert.Equal(t, 1, s.Inspect.Keys)

@@ -12,10 +12,10 @@ import (
 	"github.com/quorumlock/redlock/redlock"
 )
 
-// transfers counts the transfer calls a client's nodes answered Done.
-func transfers(n *atomic.Int64) redlock.Option {
+// callsOf counts a client's node calls of op that did not fail.
+func callsOf(op string, n *atomic.Int64) redlock.Option {
 	return redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
-		if i.Op == "transfer" && i.Err == nil {
+		if i.Op == op && i.Err == nil {
 			n.Add(1)
 		}
 	}})
@@ -28,8 +28,8 @@ func transfers(n *atomic.Int64) redlock.Option {
 // gets its turn.
 func TestHandoffWithinOneClient(t *testing.T) {
 	p := prefix(t, 3*time.Second)
-	var handed atomic.Int64
-	c := client(t, redlock.WithNodeTimeout(100*time.Millisecond), transfers(&handed))
+	var released atomic.Int64
+	c := client(t, redlock.WithNodeTimeout(100*time.Millisecond), callsOf("release", &released))
 	var chk checker.Checker
 	var ctr checker.Counter
 	done := make(chan struct{})
@@ -50,8 +50,10 @@ func TestHandoffWithinOneClient(t *testing.T) {
 	require.Zero(t, lost, "lost updates: counter %d, increments %d", value, want)
 	grants := chk.Grants()
 	assert.Len(t, grants, 6, "every goroutine got the lock: %v", grants)
-	assert.Greater(t, handed.Load(), int64(want), "most grants came by transfer (%d transfer calls for %d sections)", handed.Load(), want)
-	t.Logf("%d critical sections, %d transfer calls answered: %v", want, handed.Load(), grants)
+	// Without handoffs every Unlock releases on five nodes; with them,
+	// one Unlock in maxChain+1 (17) does, and those of failed handoffs.
+	assert.Less(t, released.Load(), int64(want), "most Unlocks handed over rather than released (%d release calls for %d sections)", released.Load(), want)
+	t.Logf("%d critical sections, %d release calls answered: %v", want, released.Load(), grants)
 }
 
 // TestHandoffLeavesRoomForOtherClients: four goroutines of one client
@@ -62,7 +64,7 @@ func TestHandoffWithinOneClient(t *testing.T) {
 func TestHandoffLeavesRoomForOtherClients(t *testing.T) {
 	p := prefix(t, 3*time.Second)
 	var handed atomic.Int64
-	busy := client(t, redlock.WithNodeTimeout(100*time.Millisecond), transfers(&handed))
+	busy := client(t, redlock.WithNodeTimeout(100*time.Millisecond), callsOf("transfer", &handed))
 	other := client(t, redlock.WithNodeTimeout(100*time.Millisecond))
 	var chk checker.Checker
 	var ctr checker.Counter

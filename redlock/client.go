@@ -258,9 +258,14 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 }
 
 // Lock takes key, retrying with the client's RetryStrategy until it holds
-// the lock, the strategy gives up, or ctx ends. On failure the error is a
-// *QuorumError of the last attempt, wrapping ErrNotAcquired and, when ctx
-// ended, ctx's error.
+// the lock, the strategy gives up, WithMaxWait's limit passes, or ctx
+// ends; with the defaults (no attempt limit, no wait limit) only ctx
+// bounds the wait, also while the nodes do not answer. Refusals no retry
+// changes (credentials, no scripts, ...) on a majority end it at once. On
+// failure the error is a *QuorumError of the last attempt, wrapping
+// ErrNotAcquired and, when ctx ended, ctx's error. Goroutines of one
+// client waiting for the same key take turns in FIFO order, and the lock
+// is handed from one to the next by Unlock (see Lock.Unlock).
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(key, opts)
 	if err != nil {
@@ -278,10 +283,14 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 		attempts int
 		err      error
 	)
+	var giveUp time.Time // WithMaxWait's limit, on the client's clock
+	if cfg.maxWait > 0 {
+		giveUp = start.Add(cfg.maxWait)
+	}
 	if once {
-		l, attempts, err = c.retry(ctx, key, cfg, false)
+		l, attempts, err = c.retry(ctx, key, cfg, false, giveUp)
 	} else {
-		l, attempts, err = c.wait(ctx, key, cfg)
+		l, attempts, err = c.wait(ctx, key, cfg, giveUp)
 	}
 	if h := c.cfg.hooks.Acquire; h != nil {
 		h(AcquireInfo{Key: key, Wait: c.clk.Since(start), Attempts: attempts, Err: err})
@@ -291,19 +300,27 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 
 // wait is Lock's retry loop behind the key's local queue: it waits for
 // this call's turn among the client's waiters for key, then retries.
-func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
+func (c *Client) wait(ctx context.Context, key string, cfg *config, giveUp time.Time) (l *Lock, attempts int, err error) {
 	turn := c.join(key)
-	defer c.leave(key, turn)
+	defer func() { c.leave(key, turn, l) }()
 	if turn != nil {
+		var limit <-chan time.Time
+		if !giveUp.IsZero() {
+			t := c.clk.NewTimer(giveUp.Sub(c.clk.Now()))
+			defer t.Stop()
+			limit = t.C()
+		}
 		select {
 		case <-turn:
+		case <-limit:
+			return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
 		case <-ctx.Done():
 			return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
 		case <-c.done:
 			return nil, 0, ErrClosed
 		}
 	}
-	return c.retry(ctx, key, cfg, true)
+	return c.retry(ctx, key, cfg, true, giveUp)
 }
 
 // retry makes attempts until one succeeds, cfg.retry gives up or cfg.maxWait has passed; it
@@ -314,11 +331,12 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config) (*Lock, int,
 // majority, or after the retry delay, whichever comes first. A call that
 // heads key's local queue (queued) also takes the lock when an Unlock of
 // this client hands it over (see handoff.go).
-func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool) (l *Lock, attempt int, err error) {
+func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool, giveUp time.Time) (l *Lock, attempt int, err error) {
 	var (
-		w    *watches
-		o    *offer
-		perm []int8 // per node, as refusals: what its last reply said
+		w     *watches
+		o     *offer
+		perm  []int8 // per node, as refusals: what its last reply said
+		waits int    // waits for a local holder's handoff, for their delays
 	)
 	defer func() {
 		if w != nil {
@@ -330,11 +348,39 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			c.leaveWaiters(key)
 		}
 	}()
-	var giveUp time.Time // WithMaxWait's limit, on the client's clock
-	if cfg.maxWait > 0 {
-		giveUp = c.clk.Now().Add(cfg.maxWait)
-	}
 	for attempt = 1; ; attempt++ {
+		if queued && c.heldHere(key) {
+			// A lock of this client holds the key: wait for its
+			// handoff rather than try the nodes, its retry delay
+			// apart, until it is handed over or released.
+			if o == nil {
+				o = c.offer(key, cfg)
+			}
+			if o != nil {
+				waits++
+				d, again := cfg.retry.Backoff(waits)
+				if !giveUp.IsZero() {
+					d = max(0, min(d, giveUp.Sub(c.clk.Now())))
+				}
+				g, handed, err := c.sleep(ctx, d, nil, o)
+				if handed && g == nil && err == nil {
+					// Released instead: another client's waiter,
+					// woken by the release, goes first.
+					g, _, err = c.sleep(ctx, min(d, 2*cfg.timeout()), nil, o)
+				}
+				switch {
+				case g != nil:
+					return g, attempt - 1, nil
+				case err == ErrClosed:
+					return nil, attempt - 1, err
+				case err != nil, !again, !giveUp.IsZero() && !c.clk.Now().Before(giveUp):
+					return nil, attempt - 1, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+				case !handed:
+					attempt-- // no attempt made: wait on while the holder holds
+					continue
+				}
+			}
+		}
 		// Only an attempt after a failed one asks the nodes for the
 		// holder's TTL (by script): the first attempt of a Lock call, and
 		// TryLock's only one, stay one plain SET per node.
@@ -360,7 +406,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return nil, attempt, qe
 		}
 		if attempt == 1 {
-			if queued {
+			if queued && o == nil {
 				o = c.offer(key, cfg)
 			}
 			if w = c.watch(key); w != nil {
@@ -418,18 +464,27 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 	}
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil, false, nil
-	case <-wake:
-		return nil, false, nil
-	case g := <-gift:
-		c.taken(o)
-		return g, true, nil
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	case <-c.done:
-		return nil, false, ErrClosed
+	for {
+		select {
+		case <-t.C():
+			return nil, false, nil
+		case <-wake:
+			if c.awaited(o) {
+				// A handoff to this call is under way; the release
+				// heard is the nodes yielding to another client.
+				continue
+			}
+			return nil, false, nil
+		case g := <-gift:
+			if g == nil && !c.yield(o) {
+				return nil, false, nil // released without a handoff: try now
+			}
+			return g, true, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-c.done:
+			return nil, false, ErrClosed
+		}
 	}
 }
 

@@ -194,25 +194,13 @@ func (c *Client) abandoned() error {
 // failure may pass and a command of the lock may have reached the node
 // (and left a key there): the release's own step tells (see reached);
 // its predecessor may still be running and cannot be read.
-//
-// A transfer that failed may have left the handed-over lock's key there
-// (it released it, or never ran): that key is released in the
-// background, silently, after the transfer's own step (a transfer that
-// runs late finds it gone and sets the successor's key as an acquire
-// would, to be released by the successor).
 func (r *round) retryRelease(i int, err error) {
-	if node.Permanent(err) || !r.next[i].reached {
+	if node.Permanent(err) || !r.next[i].reached || !r.ch.c.clk.Now().Before(r.expires) {
 		return
 	}
-	k, until, after := r.ch.k, r.expires, (*step)(nil)
-	switch {
-	case r.cmd.op == "transfer":
-		k, until, after = r.cmd.from.k, r.cmd.from.ch.expires, &r.next[i]
-	case r.prev != nil:
+	var after *step
+	if r.prev != nil {
 		after = &r.prev[i]
 	}
-	if !r.ch.c.clk.Now().Before(until) {
-		return
-	}
-	r.ch.c.finishLater(i, release{k: k, announce: r.cmd.announce, until: until, ch: r.ch, after: after})
+	r.ch.c.finishLater(i, release{k: r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
 }

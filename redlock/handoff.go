@@ -2,7 +2,7 @@ package redlock
 
 import (
 	"context"
-	"sync"
+	"slices"
 
 	"github.com/quorumlock/redlock/clock"
 	"github.com/quorumlock/redlock/node"
@@ -25,11 +25,20 @@ import (
 
 // offer is the head of a key's local queue, waiting in Lock after a
 // failed attempt, ready to take the lock from an Unlock of this client.
+// Its fields other than cfg are guarded by Client.qmu.
 type offer struct {
-	gift    chan *Lock // buffered (1): the handed-over lock, or nil: compete
-	cfg     *config    // the waiting Lock call's settings
-	claimed bool       // guarded by Client.qmu: an Unlock is handing over to it
+	gift      chan *Lock // buffered (1), sent to under qmu: the handed-over lock, or nil: released, try now
+	cfg       *config    // the waiting Lock call's settings
+	claimed   bool       // an Unlock is handing over to it
+	withdrawn bool       // its Lock call has returned: a handoff under way releases what it would bring
+	yielded   bool       // the last nil gift: released for another client's waiter, who goes first
 }
+
+// maxChain is how many handoffs in a row a key's local queue may take
+// before an Unlock releases instead: a bound on what a client that does
+// not register as a waiter (TryLock pollers, other libraries, a waiter
+// whose lease lapsed between long retry delays) can be made to wait.
+const maxChain = 16
 
 // offer makes the head of key's local queue ready to take a handoff; nil
 // when handoffs are off for it (a node that cannot, a fenced lock: its
@@ -45,50 +54,120 @@ func (c *Client) offer(key string, cfg *config) *offer {
 	return o
 }
 
-// taken records that the head received what o.gift brought.
-func (c *Client) taken(o *offer) {
+// awaited reports whether a handoff to o is under way, so that a release
+// heard meanwhile (the nodes announce one when they yield to another
+// client) is not a reason to attempt.
+func (c *Client) awaited(o *offer) bool {
+	if o == nil {
+		return false
+	}
 	c.qmu.Lock()
-	o.claimed = false
-	c.qmu.Unlock()
+	defer c.qmu.Unlock()
+	return o.claimed
 }
 
-// withdraw ends o before its Lock call returns. A handoff already under
-// way is waited for (one round at most), and a lock it brings that the
-// call does not return is unlocked.
+// withdraw ends o as its Lock call returns ret (nil: no lock). A handoff
+// still under way releases what it brings (see handOff); one already
+// delivered and not taken is unlocked here.
 func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 	if o == nil {
 		return
 	}
+	var g *Lock
 	c.qmu.Lock()
+	o.withdrawn = true
 	if q := c.queues[key]; q.head == o {
 		q.head = nil
 	}
-	claimed := o.claimed
-	c.qmu.Unlock()
-	if !claimed {
-		return
+	select {
+	case g = <-o.gift:
+	default:
 	}
-	if g := <-o.gift; g != nil && g != ret {
+	c.qmu.Unlock()
+	if g != nil && g != ret {
+		// With the client closed this fails and the keys expire, as
+		// those of any lock held at Close.
 		_ = g.Unlock(context.Background())
 	}
 }
 
 // claim picks the waiter l's Unlock hands the lock to: the head of its
 // key's local queue, if it offers, no other Unlock is handing to it, and
-// every earlier command of l has returned (the transfer is a command of
-// the successor's chain; it must not overtake one of l's).
-func (c *Client) claim(l *Lock) *offer {
-	if !c.handoff || l.fence != 0 || !l.ch.settled() {
+// the queue has not had maxChain handoffs in a row.
+func (c *Client) claim(ctx context.Context, l *Lock) *offer {
+	if !c.handoff || l.fence != 0 || ctx.Err() != nil {
 		return nil
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[l.k.Name]
-	if q == nil || q.head == nil || q.head.claimed {
+	switch {
+	case q == nil:
+		return nil
+	case q.chain >= maxChain:
+		q.chain = 0
+		return nil
+	case q.head == nil || q.head.claimed || q.head.withdrawn:
 		return nil
 	}
 	q.head.claimed = true
 	return q.head
+}
+
+// deliver hands o what a handoff brought (nil: the lock was released
+// instead; yielded: for another client's waiter) and reports whether o
+// took it: false when o's Lock call has returned meanwhile.
+func (c *Client) deliver(key string, o *offer, g *Lock, yielded bool) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	o.claimed = false
+	if o.withdrawn {
+		return false
+	}
+	select {
+	case old := <-o.gift: // a poke not yet taken; a lock cannot be (one claim at a time)
+		if old != nil {
+			o.gift <- old
+			return false
+		}
+	default:
+	}
+	if q := c.queues[key]; q != nil {
+		if g != nil {
+			q.chain++
+		} else {
+			q.chain = 0
+		}
+	}
+	o.yielded = g == nil && yielded
+	o.gift <- g
+	return true
+}
+
+// poke tells key's local head, if it waits for a handoff, that the lock
+// was released without one: it tries the nodes now.
+func (c *Client) poke(key string) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[key]
+	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
+		return
+	}
+	select {
+	case q.head.gift <- nil:
+		q.head.yielded = false
+	default:
+	}
+}
+
+// yield reports (once) whether the nil gift o received was a release for
+// another client's waiter.
+func (c *Client) yield(o *offer) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	y := o.yielded
+	o.yielded = false
+	return y
 }
 
 // handOff hands l to o's Lock call, or releases l if a majority did not
@@ -98,60 +177,97 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	k := node.NewKey(l.k.Name, newToken())
 	k.Owner = c.tag
 	next := newLock(c, k, o.cfg)
-	r := next.ch.send(ctx, command{op: "transfer", ttl: next.ttl, from: l})
+	r := next.ch.send(ctx, command{op: "transfer", ttl: next.ttl, from: l, fromTail: l.ch.tail})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(next.ttl, r.Elapsed(), next.drift)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
 		next.grant(r.Started(), 0)
-		o.gift <- next
+		if t.Done < len(c.nodes) {
+			// A node that has not transferred (yet) may keep l's key.
+			l.releaseRest(ctx, r)
+		}
+		if !c.deliver(l.k.Name, o, next, false) {
+			// Its Lock call returned meanwhile: nobody wants the lock.
+			return next.release(ctx, false, nil)
+		}
 		return nil
 	}
-	// Not handed over. Every node's answer is awaited (a node timeout at
-	// most): the successor's keys are rolled back, and the lock is
-	// released where the transfer did not already remove its key (it
-	// replaced it, or released it for another client's waiter).
-	r.Wait(ctx.Done(), len(c.nodes))
+	// Not handed over: the successor's keys are rolled back (after the
+	// transfer on each node), and the lock is released where the
+	// transfer did not already remove its key (it replaced it, or
+	// released it for another client's waiter). A node whose transfer is
+	// still out gets the release too: in either order the key ends up
+	// gone.
 	c.rollback(ctx, next, r)
-	freed := make([]bool, len(c.nodes))
-	for i, rep := range r.Replies {
-		freed[i] = rep.Err == nil && (rep.Result.Status == node.Done || rep.Result.Status == node.Absent)
+	freed := r.freed()
+	yielded := false
+	for _, rep := range r.Replies {
+		yielded = yielded || (rep.Err == nil && rep.Result.Status == node.Absent)
 	}
 	err := l.release(ctx, false, freed)
-	o.gift <- nil
+	c.deliver(l.k.Name, o, nil, yielded)
 	return err
 }
 
-// settled reports whether every command of the chain has returned.
-func (ch *chain) settled() bool {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	for i := range ch.tail {
-		if !ch.tail[i].done {
-			return false
-		}
+// freed marks the nodes where the transfer round r has removed the
+// handed-over lock's key: it replaced it (Done) or released it (Absent).
+func (r *round) freed() []bool {
+	r.Collect()
+	freed := make([]bool, len(r.Replies))
+	for i, rep := range r.Replies {
+		freed[i] = rep.Err == nil && (rep.Result.Status == node.Done || rep.Result.Status == node.Absent)
 	}
-	return true
+	return freed
+}
+
+// releaseRest releases l's key, silently and in the background, on the
+// nodes where the handoff round r did not remove it once every transfer
+// has returned (those that failed, or were never sent: a breaker open, a
+// refused dial).
+func (l *Lock) releaseRest(ctx context.Context, r *round) {
+	c := l.c
+	if !c.begin() {
+		return
+	}
+	go func() {
+		defer c.bg.Done()
+		r.Wait(nil, len(c.nodes))
+		freed := r.freed()
+		for i, rep := range r.Replies {
+			freed[i] = freed[i] || (rep.Err == nil && rep.Result.Status == node.Taken)
+		}
+		if !slices.Contains(freed, false) {
+			return
+		}
+		l.ch.send(context.WithoutCancel(ctx), command{op: "release", freed: freed})
+	}()
 }
 
 // leaveWaiters drops this client's registration as a waiter for key on
-// every node (node.Handoffer.Leave), when a Lock call that waited gives
-// up; it returns when every node answered or timed out.
+// every node (node.Handoffer.Leave), in the background, when a Lock call
+// that waited gives up. A waiting acquire still on its way may register
+// again after it; that registration lapses with its lease.
 func (c *Client) leaveWaiters(key string) {
-	if !c.handoff || !c.begin() {
+	if !c.handoff {
 		return
 	}
-	defer c.bg.Done()
 	k := node.Key{Name: key, Owner: c.tag}
-	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		wg.Add(1)
+		if !c.begin() {
+			return
+		}
 		go func() {
-			defer wg.Done()
+			defer c.bg.Done()
+			ok, gen := c.allow(i)
+			if !ok {
+				return
+			}
+			start := c.clk.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
-			defer cancel()
 			err := n.(node.Handoffer).Leave(ctx, k)
-			c.callDone(i, "leave", 0, err)
+			cancel()
+			c.record(i, gen, err)
+			c.callDone(i, "leave", c.clk.Since(start), err)
 		}()
 	}
-	wg.Wait()
 }

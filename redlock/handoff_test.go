@@ -56,6 +56,25 @@ func waitIn(t *testing.T, ctx context.Context, c *redlock.Client, clk *clock.Fak
 	return out
 }
 
+// drive advances clk by step until rc delivers, for at most ten seconds.
+func drive(t *testing.T, clk *clock.Fake, step time.Duration, rc <-chan lockResult) lockResult {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case r := <-rc:
+			return r
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(step)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Fatal("Lock did not return")
+	return lockResult{}
+}
+
 func receiveLock(t *testing.T, rc <-chan lockResult) lockResult {
 	t.Helper()
 	select {
@@ -85,7 +104,8 @@ func TestHandoffWithinClient(t *testing.T) {
 	require.NoError(t, r.err)
 	next := r.l
 	assert.NotEqual(t, first.Token(), next.Token())
-	assert.Equal(t, 3, holders(fakes, "k", next.Token()), "the successor's token on every node")
+	require.Eventually(t, func() bool { return holders(fakes, "k", next.Token()) == 3 }, 5*time.Second, time.Millisecond,
+		"the successor's token on every node (the lock is handed over at a majority)")
 	assert.Equal(t, clock.Until(handed, 10*time.Second, redlock.DefaultDriftFactor), next.Until(), "valid from the transfer")
 	assert.Zero(t, first.TTL())
 	for _, f := range fakes {
@@ -94,7 +114,8 @@ func TestHandoffWithinClient(t *testing.T) {
 	}
 	require.ErrorIs(t, first.Unlock(ctx), redlock.ErrNotHeld, "the old lock is gone")
 	require.NoError(t, next.Unlock(ctx))
-	assert.Zero(t, holders(fakes, "k", next.Token()))
+	require.Eventually(t, func() bool { return holders(fakes, "k", next.Token()) == 0 }, 5*time.Second, time.Millisecond,
+		"released (Unlock returns at a majority)")
 }
 
 // TestHandoffOnAMinorityFallsBack: when only one of three nodes
@@ -112,20 +133,10 @@ func TestHandoffOnAMinorityFallsBack(t *testing.T) {
 	}
 	require.NoError(t, first.Unlock(ctx), "released on every node")
 	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 0 }, 5*time.Second, time.Millisecond)
-	var r lockResult
-	for done := false; !done; {
-		select {
-		case r = <-rc:
-			done = true
-		default:
-			if clk.Waiters() > 0 {
-				clk.Advance(20 * time.Millisecond)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	r := drive(t, clk, 20*time.Millisecond, rc)
 	require.NoError(t, r.err)
-	assert.Equal(t, 3, holders(fakes, "k", r.l.Token()), "taken by an acquire of its own")
+	require.Eventually(t, func() bool { return holders(fakes, "k", r.l.Token()) == 3 }, 5*time.Second, time.Millisecond,
+		"taken by an acquire of its own")
 	assert.Equal(t, 1, fakes[0].count("transfer"))
 	require.NoError(t, r.l.Unlock(ctx))
 }
@@ -147,33 +158,16 @@ func TestHandoffYieldsToAnotherClient(t *testing.T) {
 
 	require.NoError(t, first.Unlock(ctx))
 	assert.Zero(t, holders(fakes, "k", first.Token()), "released, not handed over")
-	var r lockResult
-	for done := false; !done; {
-		select {
-		case r = <-orc:
-			done = true
-		default:
-			clk.Advance(100 * time.Millisecond)
-			time.Sleep(time.Millisecond)
-		}
-	}
+	r := drive(t, clk, 100*time.Millisecond, orc)
 	require.NoError(t, r.err, "the other client's waiter")
-	assert.Equal(t, 3, holders(fakes, "k", r.l.Token()))
+	require.Eventually(t, func() bool { return holders(fakes, "k", r.l.Token()) == 3 }, 5*time.Second, time.Millisecond)
 	select {
 	case mine := <-rc:
 		t.Fatalf("this client's waiter got the lock too: %v", mine.err)
 	default:
 	}
 	require.NoError(t, r.l.Unlock(ctx))
-	for done := false; !done; {
-		select {
-		case r = <-rc:
-			done = true
-		default:
-			clk.Advance(100 * time.Millisecond)
-			time.Sleep(time.Millisecond)
-		}
-	}
+	r = drive(t, clk, 100*time.Millisecond, rc)
 	require.NoError(t, r.err, "this client's waiter, after")
 	require.NoError(t, r.l.Unlock(ctx))
 }
@@ -196,11 +190,10 @@ func TestHandoffToAWaiterThatGaveUp(t *testing.T) {
 	go func() { unlocked <- first.Unlock(ctx) }()
 	require.Eventually(t, func() bool { return fakes[2].count("transfer") == 1 }, 5*time.Second, time.Millisecond)
 	cancel()
-	time.Sleep(20 * time.Millisecond) // the waiter sees its context end, and waits for the transfer
+	r := receiveLock(t, rc)
+	require.ErrorIs(t, r.err, context.Canceled, "Lock returns at once, the transfer still under way")
 	close(open)
 	require.NoError(t, <-unlocked)
-	r := receiveLock(t, rc)
-	require.ErrorIs(t, r.err, context.Canceled)
 	require.Eventually(t, func() bool {
 		for _, f := range fakes {
 			if f.token("k") != "" {
@@ -209,6 +202,34 @@ func TestHandoffToAWaiterThatGaveUp(t *testing.T) {
 		}
 		return true
 	}, 5*time.Second, time.Millisecond, "the unwanted lock was unlocked")
+}
+
+// TestCloseDuringHandoff: Close while a handoff is under way: the waiter
+// gets ErrClosed, and the lock the transfer made for it is released by
+// the Unlock that made it, not left for its TTL.
+func TestCloseDuringHandoff(t *testing.T) {
+	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	open := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("transfer", open))
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- first.Unlock(ctx) }()
+	require.Eventually(t, func() bool { return fakes[2].count("transfer") == 1 }, 5*time.Second, time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	r := receiveLock(t, rc)
+	require.ErrorIs(t, r.err, redlock.ErrClosed)
+	close(open)
+	require.NoError(t, <-unlocked)
+	require.NoError(t, <-closed)
+	for i, f := range fakes {
+		assert.Empty(t, f.token("k"), "node %d", i)
+	}
 }
 
 // TestWaiterThatGivesUpLeaves: a Lock call that waited (and so registered
@@ -221,12 +242,19 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rc := waitIn(t, ctx, c, clk, "k", 1)
 	clk.Advance(200 * time.Millisecond)
-	require.Eventually(t, func() bool { return nodes[2].(*handoffNode).waiting("k") == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if n.(*handoffNode).waiting("k") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "registered on every node")
 	cancel()
 	r := receiveLock(t, rc)
 	require.ErrorIs(t, r.err, context.Canceled)
 	for i, n := range nodes {
-		assert.Zero(t, n.(*handoffNode).waiting("k"), "node %d", i)
+		require.Eventually(t, func() bool { return n.(*handoffNode).waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d", i)
 		assert.Equal(t, 1, fakes[i].count("leave"))
 	}
 }

@@ -263,12 +263,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // one is ready (see handoff.go), or releases it; expired says the
 // validity had run out before Unlock was called.
 func (l *Lock) unlock(ctx context.Context, expired bool) error {
+	c := l.c
 	if !expired {
-		if o := l.c.claim(l); o != nil {
+		if o := c.claim(ctx, l); o != nil {
 			return l.handOff(ctx, o)
 		}
 	}
-	return l.release(ctx, expired, nil)
+	err := l.release(ctx, expired, nil)
+	if c.handoff {
+		c.poke(l.k.Name)
+	}
+	return err
 }
 
 // release sends a release round and counts it; freed (nil: none) marks

@@ -30,6 +30,8 @@ type turnstile struct {
 	waiters []chan struct{}
 	first   [1]chan struct{} // backing array for the usual single waiter
 	head    *offer           // the head's offer to take a handoff; nil until it makes one
+	chain   int              // handoffs in a row (see maxChain)
+	holder  *Lock            // the lock the last head left with, until its Unlock: the next head waits for its handoff
 }
 
 // join queues a Lock call for key and returns its turn: nil when it is
@@ -51,8 +53,9 @@ func (c *Client) join(key string) (turn chan struct{}) {
 	return turn
 }
 
-// leave takes the Lock call whose turn is turn out of key's queue.
-func (c *Client) leave(key string, turn chan struct{}) {
+// leave takes the Lock call whose turn is turn out of key's queue; l is
+// the lock it returns (nil: none), which the next head then waits for.
+func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[key]
@@ -62,8 +65,21 @@ func (c *Client) leave(key string, turn chan struct{}) {
 	case len(q.waiters) == 0:
 		delete(c.queues, key)
 	case i == 0:
+		if l != nil {
+			q.holder = l
+		}
 		close(q.waiters[0])
 	}
+}
+
+// heldHere reports whether a lock this client's queue for key handed out
+// still holds it: its Unlock will hand it to the head, so the head need
+// not try the nodes meanwhile.
+func (c *Client) heldHere(key string) bool {
+	c.qmu.Lock()
+	h := c.queues[key].holder
+	c.qmu.Unlock()
+	return h != nil && h.TTL() > 0
 }
 
 // watches are one Lock call's subscriptions to its key's releases.

@@ -879,6 +879,18 @@ func testHandoff(t *testing.T, f Factory) {
 	require.NoError(t, h.Leave(e.ctx, other))
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "Leave drops the registration")
 	e.resultOf(e.n.Release(e.ctx, third, false))(node.Done, "release")
+
+	// An ACL user without the sorted-set commands still locks and
+	// waits; its transfers release instead of handing over.
+	e.do("ACL", "SETUSER", "nozset", "on", ">"+password+"-z", "~lk:*", "&lk:*", "+@all", "-@sortedset")
+	t.Cleanup(func() { e.do("ACL", "DELUSER", "nozset") })
+	limited := newNode(t, f, Server{Addr: e.addr, Username: "nozset", Password: password + "-z", Timeout: timeout})
+	lh, ok := limited.(node.Handoffer)
+	require.True(t, ok)
+	e.resultOf(limited.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire without sorted-set rights")
+	e.resultOf(limited.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "a waiting acquire without sorted-set rights")
+	e.resultOf(lh.Transfer(e.ctx, k, next, time.Minute))(node.Absent, "a transfer that cannot read the waiters releases")
+	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
 }
 
 // serverMicros is the server's TIME in microseconds.

@@ -34,6 +34,9 @@ if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
 end
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   redis.call("PEXPIRE", KEYS[1], ARGV[2])
+  if ARGV[3] ~= "" then
+    redis.pcall("ZREM", KEYS[2], ARGV[3])
+  end
   return {ok = "OK"}
 end
 local t = ARGV[3] ~= "" and redis.pcall("TIME")
