@@ -58,6 +58,10 @@ type step struct {
 	// not being sent), so a key of the lock may be there. Written by the
 	// call before done is set.
 	reached bool
+	// via: a command the breaker skipped before the lock's previous
+	// command on the node had returned takes that command's reached
+	// flag once it has (see chain.wasReached); nil otherwise.
+	via *step
 
 	done bool          // guarded by chain.mu: the command returned, or was not sent
 	wake chan struct{} // guarded by chain.mu: made by a command that waits for this one, closed at done
@@ -136,11 +140,11 @@ func (r *round) Skip(i int) error {
 	}
 	err := &node.Error{Addr: c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrCircuitOpen}
 	// A key of the lock may be there as far as the earlier commands got:
-	// once the previous one has returned, its flag says; before, it
-	// cannot be read, and an earlier command that was sent may have.
+	// the previous one's flag says, once it has returned (wasReached);
+	// until then an earlier command that was sent may have.
 	s.reached = s.sent
-	if r.prev != nil && r.ch.landed(&r.prev[i]) {
-		s.reached = r.prev[i].reached
+	if r.prev != nil {
+		s.via = &r.prev[i]
 	}
 	r.ch.finish(s, node.Result{}, err)
 	c.callDone(i, r.cmd.op, 0, err)
@@ -183,7 +187,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	default:
 		res, took, err = r.timed(i, prev)
 	}
-	r.next[i].reached = reached(prev, err)
+	r.next[i].reached = r.ch.reached(prev, err)
 	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
 	if c.rtts != nil {
@@ -210,7 +214,7 @@ func (r *round) passed(i int, prev *step) (node.Result, error) {
 	case r.cmd.op == "release":
 		res = prev.res
 	}
-	r.next[i].reached = reached(prev, err)
+	r.next[i].reached = r.ch.reached(prev, err)
 	r.ch.finish(&r.next[i], res, err)
 	r.ch.c.unused(i, r.next[i].gen)
 	r.end()
@@ -341,14 +345,24 @@ func (r *round) passes(i int, prev *step) bool {
 // may have reached the node unless its dial was refused; one that was not
 // sent because prev had not returned leaves prev out, and prev may reach
 // it (its flag cannot be read before it is done).
-func reached(prev *step, err error) bool {
+func (ch *chain) reached(prev *step, err error) bool {
 	switch {
 	case err == nil:
 		return true
 	case errors.Is(err, errPrevPending):
 		return true
 	}
-	return (prev != nil && prev.reached) || !errors.Is(err, node.ErrUnreachable)
+	return ch.wasReached(prev) || !errors.Is(err, node.ErrUnreachable)
+}
+
+// wasReached reads the reached flag of s, a step that has returned (nil:
+// none): that of the command it stands for when the breaker skipped it
+// (s.via), once that one has returned too.
+func (ch *chain) wasReached(s *step) bool {
+	for s != nil && s.via != nil && ch.landed(s.via) {
+		s = s.via
+	}
+	return s != nil && s.reached
 }
 
 // errPrevPending fails a node's call that was never sent: the node had
