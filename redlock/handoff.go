@@ -93,25 +93,25 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 
 // claim picks the waiter l's Unlock hands the lock to: the head of its
 // key's local queue, if it offers, no other Unlock is handing to it, and
-// the queue has not had maxChain handoffs in a row.
-func (c *Client) claim(ctx context.Context, l *Lock) *offer {
-	if !c.handoff || l.fence != 0 || ctx.Err() != nil {
-		return nil
+// the queue has not had maxChain handoffs in a row, and l is still valid
+// (not expired). Otherwise it returns the head that waits for a handoff
+// it will not get (to poke once the lock is released), or nil.
+func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting *offer) {
+	if !c.handoff {
+		return nil, nil
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[l.k.Name]
-	switch {
-	case q == nil:
-		return nil
-	case q.chain >= maxChain:
+	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
+		return nil, nil
+	}
+	if q.chain >= maxChain || expired || l.fence != 0 || ctx.Err() != nil {
 		q.chain = 0
-		return nil
-	case q.head == nil || q.head.claimed || q.head.withdrawn:
-		return nil
+		return nil, q.head
 	}
 	q.head.claimed = true
-	return q.head
+	return q.head, nil
 }
 
 // deliver hands o what a handoff brought (nil: the lock was released
@@ -144,18 +144,17 @@ func (c *Client) deliver(key string, o *offer, g *Lock, yielded bool) bool {
 	return true
 }
 
-// poke tells key's local head, if it waits for a handoff, that the lock
-// was released without one: it tries the nodes now.
-func (c *Client) poke(key string) {
+// poke tells o, the head of a key's local queue, that the lock was
+// released without a handoff: it tries the nodes now.
+func (c *Client) poke(o *offer) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	q := c.queues[key]
-	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
+	if o.claimed || o.withdrawn {
 		return
 	}
 	select {
-	case q.head.gift <- nil:
-		q.head.yielded = false
+	case o.gift <- nil:
+		o.yielded = false
 	default:
 	}
 }
@@ -192,12 +191,14 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 		}
 		return nil
 	}
-	// Not handed over: the successor's keys are rolled back (after the
-	// transfer on each node), and the lock is released where the
-	// transfer did not already remove its key (it replaced it, or
-	// released it for another client's waiter). A node whose transfer is
-	// still out gets the release too: in either order the key ends up
-	// gone.
+	// Not handed over: every transfer's answer is awaited (a node
+	// timeout at most; a release sent before a transfer still out lands
+	// would find the successor's key or another client's, and Unlock
+	// would report a lock it did release as not held), the successor's
+	// keys are rolled back, and the lock is released where the transfer
+	// did not already remove its key (it replaced it, or released it for
+	// another client's waiter).
+	r.waitAll(ctx.Done())
 	c.rollback(ctx, next, r)
 	freed := r.freed()
 	yielded := false
@@ -207,6 +208,21 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	err := l.release(ctx, false, freed)
 	c.deliver(l.k.Name, o, nil, yielded)
 	return err
+}
+
+// waitAll waits until every call of r has returned, or stop is closed.
+// (Round.Wait(stop, n) returns as soon as n Done answers are out of
+// reach.)
+func (r *round) waitAll(stop <-chan struct{}) {
+	n := r.Collect()
+	for n.Pending > 0 {
+		n = r.Wait(stop, n.Done+n.Pending)
+		select {
+		case <-stop:
+			return
+		default:
+		}
+	}
 }
 
 // freed marks the nodes where the transfer round r has removed the
@@ -231,7 +247,7 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 	}
 	go func() {
 		defer c.bg.Done()
-		r.Wait(nil, len(c.nodes))
+		r.waitAll(nil)
 		freed := r.freed()
 		for i, rep := range r.Replies {
 			freed[i] = freed[i] || (rep.Err == nil && rep.Result.Status == node.Taken)

@@ -172,6 +172,40 @@ func TestHandoffYieldsToAnotherClient(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
+// TestHandoffYieldOnAMajorityIsARelease: three of five nodes see another
+// client's waiter and release at once; the two others transfer, later.
+// Unlock waits for them, rolls their transfer back and reports the lock
+// released (not "not held": the release must not reach a node before its
+// transfer, and find the successor's key there).
+func TestHandoffYieldOnAMajorityIsARelease(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 5, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	for _, n := range nodes[:3] {
+		h := n.(*handoffNode)
+		h.hmu.Lock()
+		h.waiters["k"] = map[string]time.Time{"another-client": clk.Now().Add(time.Hour)}
+		h.hmu.Unlock()
+	}
+	for _, f := range fakes[3:] {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "transfer" {
+				time.Sleep(30 * time.Millisecond)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, first.Unlock(ctx), "released everywhere: three by the yield, two by the rollback of their transfer")
+	for i, f := range fakes {
+		assert.Empty(t, f.token("k"), "node %d", i)
+	}
+	r := drive(t, clk, 100*time.Millisecond, rc)
+	require.NoError(t, r.err, "the waiter takes the free lock after its deaf spell")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
 // TestHandoffToAWaiterThatGaveUp: the waiter's context ends while the
 // transfer to it is under way; its Lock returns the context's error and
 // the lock handed to it is unlocked: no key is left.

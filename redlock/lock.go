@@ -263,15 +263,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // one is ready (see handoff.go), or releases it; expired says the
 // validity had run out before Unlock was called.
 func (l *Lock) unlock(ctx context.Context, expired bool) error {
-	c := l.c
-	if !expired {
-		if o := c.claim(ctx, l); o != nil {
-			return l.handOff(ctx, o)
-		}
+	to, waiting := l.c.claim(ctx, l, expired)
+	if to != nil {
+		return l.handOff(ctx, to)
 	}
 	err := l.release(ctx, expired, nil)
-	if c.handoff {
-		c.poke(l.k.Name)
+	if waiting != nil {
+		l.c.poke(waiting)
 	}
 	return err
 }
