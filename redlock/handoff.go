@@ -28,7 +28,7 @@ import (
 // Its fields other than cfg are guarded by Client.qmu.
 type offer struct {
 	gift      chan *Lock // buffered (1), sent to under qmu: the handed-over lock, or nil: released, try now
-	cfg       *config    // the waiting Lock call's settings
+	cfg       config     // the waiting Lock call's settings (a copy: the call's own stays on its stack)
 	claimed   bool       // an Unlock is handing over to it
 	withdrawn bool       // its Lock call has returned: a handoff under way releases what it would bring
 	yielded   bool       // the last nil gift: released for another client's waiter, who goes first
@@ -47,7 +47,7 @@ func (c *Client) offer(key string, cfg *config) *offer {
 	if !c.handoff || cfg.fenced {
 		return nil
 	}
-	o := &offer{gift: make(chan *Lock, 1), cfg: cfg}
+	o := &offer{gift: make(chan *Lock, 1), cfg: *cfg}
 	c.qmu.Lock()
 	c.queues[key].head = o
 	c.qmu.Unlock()
@@ -175,7 +175,7 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	c := l.c
 	k := node.NewKey(l.k.Name, newToken())
 	k.Owner = c.tag
-	next := newLock(c, k, o.cfg)
+	next := newLock(c, k, &o.cfg)
 	r := next.ch.send(ctx, command{op: "transfer", ttl: next.ttl, from: l, fromTail: l.ch.tail})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(next.ttl, r.Elapsed(), next.drift)

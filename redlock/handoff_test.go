@@ -206,6 +206,20 @@ func TestHandoffYieldOnAMajorityIsARelease(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
+// handoffUnderWay starts first.Unlock with every node's transfer held
+// until open is called, and returns once the transfers are sent.
+func handoffUnderWay(t *testing.T, fakes []*fakeNode, first *redlock.Lock) (open func(), unlocked <-chan error) {
+	t.Helper()
+	gateC := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("transfer", gateC))
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- first.Unlock(context.Background()) }()
+	require.Eventually(t, func() bool { return fakes[len(fakes)-1].count("transfer") == 1 }, 5*time.Second, time.Millisecond)
+	return func() { close(gateC) }, errc
+}
+
 // TestHandoffToAWaiterThatGaveUp: the waiter's context ends while the
 // transfer to it is under way; its Lock returns the context's error and
 // the lock handed to it is unlocked: no key is left.
@@ -216,17 +230,11 @@ func TestHandoffToAWaiterThatGaveUp(t *testing.T) {
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	rc := waitIn(t, wctx, c, clk, "k", 1)
-	open := make(chan struct{})
-	for _, f := range fakes {
-		f.setBefore(gate("transfer", open))
-	}
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- first.Unlock(ctx) }()
-	require.Eventually(t, func() bool { return fakes[2].count("transfer") == 1 }, 5*time.Second, time.Millisecond)
+	open, unlocked := handoffUnderWay(t, fakes, first)
 	cancel()
 	r := receiveLock(t, rc)
 	require.ErrorIs(t, r.err, context.Canceled, "Lock returns at once, the transfer still under way")
-	close(open)
+	open()
 	require.NoError(t, <-unlocked)
 	require.Eventually(t, func() bool {
 		for _, f := range fakes {
@@ -247,18 +255,12 @@ func TestCloseDuringHandoff(t *testing.T) {
 	first, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
-	open := make(chan struct{})
-	for _, f := range fakes {
-		f.setBefore(gate("transfer", open))
-	}
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- first.Unlock(ctx) }()
-	require.Eventually(t, func() bool { return fakes[2].count("transfer") == 1 }, 5*time.Second, time.Millisecond)
+	open, unlocked := handoffUnderWay(t, fakes, first)
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	r := receiveLock(t, rc)
 	require.ErrorIs(t, r.err, redlock.ErrClosed)
-	close(open)
+	open()
 	require.NoError(t, <-unlocked)
 	require.NoError(t, <-closed)
 	for i, f := range fakes {
