@@ -343,9 +343,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if l == nil && attempt > 1 {
-			// Waiting attempts registered this client as a waiter.
-			c.leaveWaiters(key)
+		if attempt > 1 {
+			// Waiting attempts registered this client as a waiter; a
+			// node that set the key dropped the registration itself.
+			c.leaveWaiters(key, l)
 		}
 	}()
 	for attempt = 1; ; attempt++ {

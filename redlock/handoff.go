@@ -210,6 +210,15 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	return err
 }
 
+// setHere reports whether the chain's last command on node i has
+// returned Done (for a lock just granted: its acquire set the key there).
+func (ch *chain) setHere(i int) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	s := &ch.tail[i]
+	return s.done && s.err == nil && s.res.Status == node.Done
+}
+
 // waitAll waits until every call of r has returned, or stop is closed.
 // (Round.Wait(stop, n) returns as soon as n Done answers are out of
 // reach.)
@@ -259,16 +268,21 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 	}()
 }
 
-// leaveWaiters drops this client's registration as a waiter for key on
-// every node (node.Handoffer.Leave), in the background, when a Lock call
-// that waited gives up. A waiting acquire still on its way may register
-// again after it; that registration lapses with its lease.
-func (c *Client) leaveWaiters(key string) {
+// leaveWaiters drops this client's registration as a waiter for key
+// (node.Handoffer.Leave), in the background, when a Lock call that waited
+// ends: on every node when it gives up, and where its lock l's acquire
+// did not set the key when it got the lock (that acquire dropped the
+// registration where it did). A waiting acquire still on its way may
+// register again after it; that registration lapses with its lease.
+func (c *Client) leaveWaiters(key string, l *Lock) {
 	if !c.handoff {
 		return
 	}
 	k := node.Key{Name: key, Owner: c.tag}
 	for i, n := range c.nodes {
+		if l != nil && l.ch.setHere(i) {
+			continue
+		}
 		if !c.begin() {
 			return
 		}

@@ -95,7 +95,12 @@ func TestHandoffWithinClient(t *testing.T) {
 	ctx := context.Background()
 	first, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
+	releases := make([]int, len(fakes))
+	for i, f := range fakes {
+		releases[i] = f.count("release") // the waiter's failed attempt may have rolled back
+	}
 
 	clk.Advance(time.Second)
 	handed := clk.Now()
@@ -108,9 +113,9 @@ func TestHandoffWithinClient(t *testing.T) {
 		"the successor's token on every node (the lock is handed over at a majority)")
 	assert.Equal(t, clock.Until(handed, 10*time.Second, redlock.DefaultDriftFactor), next.Until(), "valid from the transfer")
 	assert.Zero(t, first.TTL())
-	for _, f := range fakes {
+	for i, f := range fakes {
 		assert.Equal(t, 1, f.count("transfer"))
-		assert.Zero(t, f.count("release"), "no release: the transfer replaced the token")
+		assert.Equal(t, releases[i], f.count("release"), "no release: the transfer replaced the token")
 	}
 	require.ErrorIs(t, first.Unlock(ctx), redlock.ErrNotHeld, "the old lock is gone")
 	require.NoError(t, next.Unlock(ctx))
@@ -127,6 +132,7 @@ func TestHandoffOnAMinorityFallsBack(t *testing.T) {
 	ctx := context.Background()
 	first, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
 	for _, f := range fakes[1:] {
 		f.setBefore(failOn("transfer"))
@@ -135,8 +141,9 @@ func TestHandoffOnAMinorityFallsBack(t *testing.T) {
 	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 0 }, 5*time.Second, time.Millisecond)
 	r := drive(t, clk, 20*time.Millisecond, rc)
 	require.NoError(t, r.err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", r.l.Token()) == 3 }, 5*time.Second, time.Millisecond,
-		"taken by an acquire of its own")
+	// (The waiter is told as soon as Unlock's release has a majority: the
+	// third node may still hold the old key when its acquire arrives.)
+	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2, "taken by an acquire of its own")
 	assert.Equal(t, 1, fakes[0].count("transfer"))
 	require.NoError(t, r.l.Unlock(ctx))
 }
@@ -151,6 +158,7 @@ func TestHandoffYieldsToAnotherClient(t *testing.T) {
 	ctx := context.Background()
 	first, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
 	orc := waitIn(t, ctx, other, clk, "k", 1)
 	clk.Advance(200 * time.Millisecond) // its second attempt registers it
 	require.Eventually(t, func() bool { return nodes[0].(*handoffNode).waiting("k") == 1 && clk.Waiters() == 1 }, 5*time.Second, time.Millisecond)
@@ -160,7 +168,7 @@ func TestHandoffYieldsToAnotherClient(t *testing.T) {
 	assert.Zero(t, holders(fakes, "k", first.Token()), "released, not handed over")
 	r := drive(t, clk, 100*time.Millisecond, orc)
 	require.NoError(t, r.err, "the other client's waiter")
-	require.Eventually(t, func() bool { return holders(fakes, "k", r.l.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2, "on a majority (the last release may still be on its way)")
 	select {
 	case mine := <-rc:
 		t.Fatalf("this client's waiter got the lock too: %v", mine.err)
@@ -182,6 +190,7 @@ func TestHandoffYieldOnAMajorityIsARelease(t *testing.T) {
 	ctx := context.Background()
 	first, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
 	for _, n := range nodes[:3] {
 		h := n.(*handoffNode)
@@ -254,6 +263,7 @@ func TestCloseDuringHandoff(t *testing.T) {
 	ctx := context.Background()
 	first, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
 	open, unlocked := handoffUnderWay(t, fakes, first)
 	closed := make(chan error, 1)
