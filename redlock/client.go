@@ -363,12 +363,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				if !giveUp.IsZero() {
 					d = max(0, min(d, giveUp.Sub(c.clk.Now())))
 				}
-				g, handed, err := c.sleep(ctx, d, nil, o)
-				if handed && g == nil && err == nil {
-					// Released instead: another client's waiter,
-					// woken by the release, goes first.
-					g, _, err = c.sleep(ctx, min(d, 2*cfg.timeout()), nil, o)
-				}
+				g, err := c.sleep(ctx, d, nil, o)
 				switch {
 				case g != nil:
 					return g, attempt - 1, nil
@@ -376,10 +371,9 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 					return nil, attempt - 1, err
 				case err != nil, !again, !giveUp.IsZero() && !c.clk.Now().Before(giveUp):
 					return nil, attempt - 1, notStarted("acquire", key, c, ctx, ErrNotAcquired)
-				case !handed:
-					attempt-- // no attempt made: wait on while the holder holds
-					continue
 				}
+				attempt-- // no attempt made: the loop checks the holder again
+				continue
 			}
 		}
 		// Only an attempt after a failed one asks the nodes for the
@@ -421,26 +415,9 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			if qe.freeIn > 0 {
 				d = min(d, qe.freeIn)
 			}
-			var (
-				g      *Lock
-				handed bool
-			)
-			g, handed, err = c.sleep(ctx, d, w.wake(), o)
-			switch {
-			case g != nil:
+			var g *Lock
+			if g, err = c.sleep(ctx, d, w.wake(), o); g != nil {
 				return g, attempt, nil
-			case handed && err == nil:
-				// The handoff released the lock instead, most likely
-				// for a waiter of another client, woken by the
-				// release: it goes first. This call, deaf to that
-				// release, tries again two node timeouts later (time
-				// for that waiter's acquire), or sooner if its delay
-				// is shorter.
-				d = min(d, 2*cfg.timeout())
-				g, _, err = c.sleep(ctx, d, nil, o)
-				if g != nil {
-					return g, attempt, nil
-				}
 			}
 		}
 		if err != nil {
@@ -454,11 +431,13 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 }
 
 // sleep waits d on the client's clock, or until wake receives, or until
-// o (nil: none) receives a handoff: then handed is true, and the lock
-// handed over is returned (nil when the handoff released the lock
-// instead). It returns ctx's error if ctx ends first, ErrClosed if the
-// client is closed first.
-func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, o *offer) (l *Lock, handed bool, err error) {
+// o (nil: none) receives a handoff: then it returns the lock handed over.
+// A handoff that released the lock instead ends the wait too, unless it
+// released it for another client's waiter (woken by that release): that
+// one goes first, and sleep waits on, deaf to wake, for two node timeouts
+// (time for that waiter's acquire) or d if shorter. It returns ctx's
+// error if ctx ends first, ErrClosed if the client is closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, o *offer) (*Lock, error) {
 	var gift chan *Lock
 	if o != nil {
 		gift = o.gift
@@ -468,23 +447,23 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 	for {
 		select {
 		case <-t.C():
-			return nil, false, nil
+			return nil, nil
 		case <-wake:
 			if c.awaited(o) {
 				// A handoff to this call is under way; the release
 				// heard is the nodes yielding to another client.
 				continue
 			}
-			return nil, false, nil
+			return nil, nil
 		case g := <-gift:
-			if g == nil && !c.yield(o) {
-				return nil, false, nil // released without a handoff: try now
+			if g == nil && c.yield(o) {
+				return c.sleep(ctx, min(d, 2*o.cfg.timeout()), nil, o)
 			}
-			return g, true, nil
+			return g, nil // nil: released without a handoff, try now
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, ctx.Err()
 		case <-c.done:
-			return nil, false, ErrClosed
+			return nil, ErrClosed
 		}
 	}
 }

@@ -274,22 +274,12 @@ func TestMaxWaitEndsLock(t *testing.T) {
 		f.put("k", "other", 24*time.Hour)
 	}
 	start := clk.Now()
-	errc := make(chan error, 1)
+	rc := make(chan lockResult, 1)
 	go func() {
-		_, err := c.Lock(context.Background(), "k", redlock.WithMaxWait(3*time.Second))
-		errc <- err
+		l, err := c.Lock(context.Background(), "k", redlock.WithMaxWait(3*time.Second))
+		rc <- lockResult{l, err}
 	}()
-	var err error
-	for err == nil {
-		select {
-		case err = <-errc:
-		default:
-			if clk.Waiters() > 0 {
-				clk.Advance(time.Second)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	err := drive(t, clk, time.Second, rc).err
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	assert.Equal(t, 3*time.Second, clk.Since(start), "gave up at the limit, not after an hour's delay")
 	assert.Equal(t, 2, fakes[0].count("acquire"), "one attempt at the start, one at the limit")
