@@ -181,12 +181,12 @@ var (
 
 // scripts are node.LuaScripts as go-redis scripts (same source, same
 // SHA1).
-var scripts = func() struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer *redis.Script } {
+var scripts = func() struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script } {
 	s := node.LuaScripts()
-	return struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer *redis.Script }{
+	return struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script }{
 		redis.NewScript(s.Acquire.Src), redis.NewScript(s.Extend.Src), redis.NewScript(s.Release.Src),
 		redis.NewScript(s.Inspect.Src), redis.NewScript(s.AcquireFenced.Src), redis.NewScript(s.ConfirmFence.Src),
-		redis.NewScript(s.Transfer.Src),
+		redis.NewScript(s.Transfer.Src), redis.NewScript(s.Leave.Src),
 	}
 }()
 
@@ -208,7 +208,7 @@ func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, 
 		owner = k.Owner
 	}
 	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, node.WaitersKey(k.Name)},
-		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds())
+		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -222,14 +222,15 @@ func (n *redisNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (
 	return n.status(ctx, "extend", scripts.extend, []string{k.Name}, k.Token, ttl.Milliseconds())
 }
 
-// Release runs release.lua, which publishes the delete on
-// node.ReleaseChannel(k.Name) when announce is set.
+// Release runs release.lua, which hands the key on to the head of its
+// queue and announces it on node.ReleaseChannel(k.Name) when announce is
+// set.
 func (n *redisNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
 	flag := announceNo
 	if announce {
 		flag = announceYes
 	}
-	return n.status(ctx, "release", scripts.release, []string{k.Name}, k.Token, flag)
+	return n.status(ctx, "release", scripts.release, []string{k.Name, node.WaitersKey(k.Name)}, k.Token, flag)
 }
 
 // The values of release.lua's ARGV[2], boxed once.
@@ -259,13 +260,11 @@ func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Du
 		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 }
 
-// Leave removes k.Owner from the key's waiters (see node.Handoffer),
-// within ctx's deadline or the node's timeout. A late ZREM is harmless:
-// it removes a registration that a later attempt would renew.
+// Leave runs leave.lua: k.Owner out of the key's queue, and a key
+// reserved for it on to the next head (see node.Handoffer).
 func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
-	ctx, cancel := context.WithTimeout(ctx, n.timeout)
-	defer cancel()
-	return n.fail("leave", n.client.ZRem(ctx, node.WaitersKey(k.Name), k.Owner).Err())
+	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, node.WaitersKey(k.Name)}, k.Owner)
+	return err
 }
 
 // Inspect runs inspect.lua: the key's token and PTTL in one atomic read.

@@ -94,13 +94,14 @@ func anys(s []string) []any {
 
 func TestScriptsAreTheNodePackages(t *testing.T) {
 	s := node.LuaScripts()
-	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence, s.Transfer} {
+	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence, s.Transfer, s.Leave} {
 		assert.Equal(t, sc.Hash, redis.NewScript(sc.Src).Hash())
 	}
 	assert.Equal(t, 2, s.Acquire.Keys)
 	assert.Equal(t, 2, s.Transfer.Keys)
 	assert.Equal(t, 1, s.Extend.Keys)
-	assert.Equal(t, 1, s.Release.Keys)
+	assert.Equal(t, 2, s.Release.Keys)
+	assert.Equal(t, 2, s.Leave.Keys)
 	assert.Equal(t, 1, s.Inspect.Keys)
 	assert.Equal(t, 2, s.AcquireFenced.Keys)
 	assert.Equal(t, 2, s.ConfirmFence.Keys)

@@ -39,8 +39,8 @@ const (
 // channel; a connection that stays silent after a PING is replaced.
 // Releases announced while the subscription is down are missed, which is
 // why a waiter never relies on them alone.
-func (n *redisNode) Watch(key string, released chan<- struct{}) node.Watch {
-	return n.hub.watch(node.ReleaseChannel(key), released)
+func (n *redisNode) Watch(key, owner string, released chan<- struct{}) node.Watch {
+	return n.hub.watch(node.ReleaseChannel(key), owner, released)
 }
 
 // hub is a node's subscriptions: the channels its watches want, and the
@@ -95,6 +95,7 @@ type watch struct {
 	h        *hub
 	run      *hubRun // the run it was made in
 	name     string
+	owner    string          // wakes for releases that name it or no one; "": for all
 	ready    chan struct{}   // closed once the channel is confirmed
 	released chan<- struct{} // sent to without blocking, under h.mu
 	stopped  bool            // guarded by h.mu
@@ -149,7 +150,7 @@ func (h *hub) endDrain(r *hubRun) {
 }
 
 // watch adds a watch of name.
-func (h *hub) watch(name string, released chan<- struct{}) *watch {
+func (h *hub) watch(name, owner string, released chan<- struct{}) *watch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if r := h.run; r != nil && r.draining {
@@ -165,7 +166,7 @@ func (h *hub) watch(name string, released chan<- struct{}) *watch {
 	if h.run == nil {
 		h.start()
 	}
-	w := &watch{h: h, run: h.run, name: name, ready: make(chan struct{}), released: released}
+	w := &watch{h: h, run: h.run, name: name, owner: owner, ready: make(chan struct{}), released: released}
 	ch := h.subs[name]
 	if ch == nil {
 		ch = &channel{watches: map[*watch]struct{}{}}
@@ -342,7 +343,7 @@ func (h *hub) read(r *hubRun) {
 			}
 		case *redis.Message:
 			pinged = false
-			h.notify(m.Channel)
+			h.notify(m.Channel, m.Payload)
 		case *redis.Pong:
 			pinged = false
 		}
@@ -452,12 +453,16 @@ func (h *hub) unconfirm(r *hubRun) {
 	clear(r.pending)
 }
 
-// notify wakes the watches of name, without blocking.
-func (h *hub) notify(name string) {
+// notify wakes the watches of name, without blocking, for a release that
+// names to ("": no one, every watch wakes).
+func (h *hub) notify(name, to string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ch := h.subs[name]; ch != nil {
 		for w := range ch.watches {
+			if to != "" && w.owner != "" && w.owner != to {
+				continue // the key is reserved for another waiter
+			}
 			select {
 			case w.released <- struct{}{}:
 			default: // a wake-up is already pending

@@ -106,9 +106,9 @@ func TestWatch(t *testing.T) {
 		leak := goleak.IgnoreCurrent()
 		bg := context.Background()
 		woke, woke2 := make(chan struct{}, 1), make(chan struct{}, 1)
-		w := n.(node.Watcher).Watch("k", woke)
-		w2 := n.(node.Watcher).Watch("k", woke2)
-		other := n.(node.Watcher).Watch("other", make(chan struct{}, 1))
+		w := n.(node.Watcher).Watch("k", "", woke)
+		w2 := n.(node.Watcher).Watch("k", "", woke2)
+		other := n.(node.Watcher).Watch("other", "", make(chan struct{}, 1))
 		ready(t, w)
 		ready(t, w2)
 		ready(t, other)
@@ -156,7 +156,7 @@ func TestWatch(t *testing.T) {
 		w2.Stop()
 		require.Eventually(t, func() bool { return numsub(t, admin, node.ReleaseChannel("k")) == 0 }, time.Second, 5*time.Millisecond,
 			"unsubscribed at the last Stop")
-		w3 := n.(node.Watcher).Watch("k", woke)
+		w3 := n.(node.Watcher).Watch("k", "", woke)
 		ready(t, w3)
 		_, err = admin.Do(bg, "PUBLISH", node.ReleaseChannel("k"), "")
 		require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestWatch(t *testing.T) {
 
 		// The connection stays, idle, for the next watch: no new one.
 		before := admin.Connections(t)
-		w4 := n.(node.Watcher).Watch("k", woke)
+		w4 := n.(node.Watcher).Watch("k", "", woke)
 		ready(t, w4)
 		_, err = admin.Do(bg, "PUBLISH", node.ReleaseChannel("k"), "")
 		require.NoError(t, err)
@@ -194,7 +194,7 @@ func TestWatchSurvivesAKilledConnection(t *testing.T) {
 		addr, admin := server(t)
 		n := goredis.New(client(t, addr, m))
 		woke := make(chan struct{}, 1)
-		w := n.(node.Watcher).Watch("k", woke)
+		w := n.(node.Watcher).Watch("k", "", woke)
 		defer stopped(t, w, time.Second)
 		ready(t, w)
 		_, err := admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
@@ -219,7 +219,7 @@ func TestWatchNeverBlocks(t *testing.T) {
 			})
 			n := goredis.NewWithOptions(c, goredis.Options{Timeout: 200 * time.Millisecond})
 			start := time.Now()
-			w := n.(node.Watcher).Watch("k", make(chan struct{}, 1))
+			w := n.(node.Watcher).Watch("k", "", make(chan struct{}, 1))
 			assert.Less(t, time.Since(start), 50*time.Millisecond, "Watch waited")
 			select {
 			case <-w.Ready():
@@ -238,7 +238,7 @@ func TestWatchWithoutSubscribeRights(t *testing.T) {
 	_, err := admin.Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~*", "resetchannels", "+@all")
 	require.NoError(t, err)
 	c := client(t, addr, modes[1], func(o *redis.Options) { o.Username, o.Password = "locker", "pw" })
-	w := goredis.New(c).(node.Watcher).Watch("k", make(chan struct{}, 1))
+	w := goredis.New(c).(node.Watcher).Watch("k", "", make(chan struct{}, 1))
 	select {
 	case <-w.Ready():
 		t.Error("a subscription without the rights was confirmed")
@@ -257,7 +257,7 @@ func TestWatchSurvivesASilentConnection(t *testing.T) {
 		c := client(t, addr, m, func(o *redis.Options) { o.ReadTimeout = 300 * time.Millisecond })
 		n := goredis.NewWithOptions(c, goredis.Options{Timeout: 300 * time.Millisecond})
 		woke := make(chan struct{}, 1)
-		w := n.(node.Watcher).Watch("k", woke)
+		w := n.(node.Watcher).Watch("k", "", woke)
 		defer stopped(t, w, time.Second)
 		ready(t, w)
 		before := admin.Connections(t)
@@ -300,7 +300,7 @@ func TestWatchChurn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 30 {
-				w := n.(node.Watcher).Watch(keys[(g+i)%len(keys)], make(chan struct{}, 1))
+				w := n.(node.Watcher).Watch(keys[(g+i)%len(keys)], "", make(chan struct{}, 1))
 				if i%3 == 0 {
 					select {
 					case <-w.Ready():
@@ -349,7 +349,7 @@ func TestWatchChurnSilentNode(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range 40 {
-					w := n.(node.Watcher).Watch([]string{"a", "b"}[(g+i)%2], make(chan struct{}, 1))
+					w := n.(node.Watcher).Watch([]string{"a", "b"}[(g+i)%2], "", make(chan struct{}, 1))
 					mu.Lock()
 					last = w
 					mu.Unlock()

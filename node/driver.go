@@ -30,12 +30,12 @@ type Script struct {
 // the replies.
 type Scripts struct {
 	// Acquire: KEYS key, WaitersKey(key); ARGV token, ttl ms, owner ("":
-	// do not register as a waiter), WaiterLease ms. Reply: ParseAcquire.
+	// do not queue), WaiterLease ms, ticket. Reply: ParseAcquire.
 	Acquire Script
 	// Extend: KEYS key; ARGV token, ttl ms. Reply: ParseStatus.
 	Extend Script
-	// Release: KEYS key; ARGV token, "1" to announce or "0". Reply:
-	// ParseStatus.
+	// Release: KEYS key, WaitersKey(key); ARGV token, "1" to hand on and
+	// announce or "0". Reply: ParseStatus.
 	Release Script
 	// Inspect: KEYS key. Reply: ParseInspect.
 	Inspect Script
@@ -48,6 +48,8 @@ type Scripts struct {
 	// Transfer: KEYS key, WaitersKey(key); ARGV holder's token,
 	// successor's token, ttl ms, owner. Reply: ParseStatus.
 	Transfer Script
+	// Leave: KEYS key, WaitersKey(key); ARGV owner. Reply: 1.
+	Leave Script
 }
 
 // LuaScripts returns the scripts a lock node runs. Run them by EVALSHA
@@ -56,13 +58,14 @@ type Scripts struct {
 func LuaScripts() Scripts { return luaScripts }
 
 var luaScripts = Scripts{
-	Acquire:       newLua(acquireLua, 2),
+	Acquire:       newLua(queueLua+acquireLua, 2),
 	Extend:        newLua(extendLua, 1),
-	Release:       newLua(releaseLua, 1),
+	Release:       newLua(queueLua+releaseLua, 2),
 	Inspect:       newLua(inspectLua, 1),
 	AcquireFenced: newLua(acquireFencedLua, 2),
 	ConfirmFence:  newLua(confirmFenceLua, 2),
-	Transfer:      newLua(transferLua, 2),
+	Transfer:      newLua(queueLua+transferLua, 2),
+	Leave:         newLua(queueLua+leaveLua, 2),
 }
 
 func newLua(src string, keys int) Script {
@@ -76,13 +79,23 @@ func newLua(src string, keys int) Script {
 
 // ParseAcquire reads the reply of Acquire or AcquireFenced: "OK" (or, of
 // AcquireFenced, ["OK", fence]) is Done; an integer is Taken, with the
-// holder's PTTL in Result.TTL.
+// holder's PTTL in Result.TTL; [wait, ticket] is Taken, with wait in
+// Result.TTL and the waiter's ticket in Result.Ticket.
 func ParseAcquire(reply any) (Result, error) {
 	switch v := reply.(type) {
 	case int64:
 		return Result{Status: Taken, TTL: holderTTL(v)}, nil
 	case []any:
-		if len(v) == 2 && asString(v[0]) == "OK" {
+		if len(v) != 2 {
+			break
+		}
+		if wait, ok := v[0].(int64); ok {
+			if ticket, ok := asInt(v[1]); ok && ticket >= 0 {
+				return Result{Status: Taken, TTL: holderTTL(wait), Ticket: ticket}, nil
+			}
+			break
+		}
+		if asString(v[0]) == "OK" {
 			if fence, ok := asInt(v[1]); ok && fence > 0 {
 				return Result{Status: Done, Fence: fence}, nil
 			}

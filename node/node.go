@@ -62,6 +62,10 @@ type Result struct {
 	// Done, the key's fence counter after the acquire raised it; 0
 	// otherwise.
 	Fence int64
+	// Ticket is, for a queued Acquire answered Taken, the waiter's
+	// place in the key's queue on this node (see Handoffer); 0 when the
+	// node keeps no queue.
+	Ticket int64
 }
 
 // Key names one lock as the nodes see it: the Redis key and the random
@@ -78,6 +82,10 @@ type Key struct {
 	// Handoffer), so that a holder hands the lock on within its own
 	// client only while no other client waits.
 	Owner string
+	// Ticket is a queued waiter's place in the key's queue, the same on
+	// every node: the largest Result.Ticket its earlier attempts were
+	// given (0 before the first). See Handoffer.
+	Ticket int64
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 }
@@ -138,12 +146,16 @@ type Node interface {
 	// once (a failed publish must not fail the release). A client
 	// announces an Unlock, not the rollback of a failed attempt: waking
 	// every waiter for keys that never held a majority would have
-	// competing clients wake each other in a loop.
+	// competing clients wake each other in a loop. A Handoffer's
+	// announced release reserves the key for the head of its queue
+	// instead of deleting it, where anyone is queued.
 	Release(ctx context.Context, k Key, announce bool) (Result, error)
 }
 
 // ReleaseChannel is the pub/sub channel on which a release of key is
-// announced: key + ":released". A user's ACL must allow it (a channel
+// announced: key + ":released". The message is empty when the key was
+// deleted, and the Owner tag of the waiter the key is reserved for when
+// it was handed on (see Handoffer). A user's ACL must allow it (a channel
 // pattern that matches the lock keys' own pattern, e.g. &lk:* for keys
 // ~lk:*) for waiters to be woken; without it they poll.
 func ReleaseChannel(key string) string { return key + ":released" }
@@ -153,10 +165,12 @@ func ReleaseChannel(key string) string { return key + ":released" }
 // that do not offer it, and waits by polling on them.
 type Watcher interface {
 	// Watch starts watching key's releases on the node: after each one
-	// it sends on released without blocking (a full channel means a
-	// wake-up is already pending). It never blocks on the network: the
+	// that names owner or no one (owner "": after each one) it sends on
+	// released without blocking (a full channel means a wake-up is
+	// already pending). A release that reserved the key for another
+	// waiter wakes no one else. It never blocks on the network: the
 	// subscription is made in the background.
-	Watch(key string, released chan<- struct{}) Watch
+	Watch(key, owner string, released chan<- struct{}) Watch
 }
 
 // Watch is one watcher of one key on one node.
@@ -198,40 +212,52 @@ type Inspector interface {
 	Inspect(ctx context.Context, key string) (Info, error)
 }
 
-// WaitersKey is the key under which a node keeps the clients waiting for
-// lock key: key + ":waiters", a sorted set of Key.Owner tags scored by
-// when their lease ends (see Handoffer). It lives beside the lock key, so
-// an ACL key pattern that covers one covers the other, and expires with
-// the last lease.
+// WaitersKey is the key under which a node keeps the queue of clients
+// waiting for lock key: key + ":waiters", a hash of Key.Owner tags with
+// their tickets and lease ends (node/scripts/queue.lua). It lives beside
+// the lock key, so an ACL key pattern that covers one covers the other,
+// and goes with the last waiter.
 func WaitersKey(key string) string { return key + ":waiters" }
 
-// WaiterLease is how long a waiter's registration lasts on a node after
-// the Acquire that made it; a waiter renews it with each attempt.
+// WaiterLease is how long a waiter's place in a key's queue lasts on a
+// node after the Acquire that made or renewed it; a waiter renews it with
+// each attempt, and one that stops (its process died) stops blocking the
+// others when it ends.
 const WaiterLease = 2 * time.Second
 
-// Handoffer is a Node that can hand a lock to the next holder of the same
-// client in one command, so that a lock queued for within one process
-// moves in one round trip instead of a release, a wake-up and an acquire.
+// Handoffer is a Node that keeps a queue of the clients waiting for a key
+// and hands a lock on without letting it go free in between: to the next
+// holder of the same client in one command (Transfer), or, when a client
+// waits, to the client at the head of the queue (Release with announce
+// reserves the key for it).
 // It is optional: a client hands over only when every node is one.
 //
-// An Acquire with holderTTL (a waiting attempt) of a Key with an Owner
-// that finds the key taken registers the owner under WaitersKey for
-// WaiterLease; one that sets the key drops it. A node that cannot keep
-// the registrations (an ACL user without the sorted-set commands) still
-// acquires; its transfers then always release.
+// The queue: an Acquire with holderTTL (a waiting attempt) of a Key with
+// an Owner that does not take the key queues the owner under WaitersKey
+// for WaiterLease, with a ticket: Key.Ticket when set, else the next one
+// on this node (Result.Ticket tells which). The head of the queue is the
+// live waiter with the lowest ticket. While anyone is queued, a free key
+// is taken only by the head's waiting attempt, and Release with announce
+// sets the key to a reservation for the head (no token: no one holds the
+// lock) for what is left of its lease and names it on ReleaseChannel;
+// only the head's waiting attempt takes a key reserved for it. A plain
+// Acquire (no holderTTL) ignores the queue: it takes a free key, never a
+// reserved one. A node that cannot keep the queue (an ACL user without
+// TIME or the hash commands) still acquires, in no order; its transfers
+// then always release.
 type Handoffer interface {
 	// Transfer sets the key to to.Token with TTL ttl where it holds
 	// from.Token, or nothing, or to.Token already (the same command run
 	// twice): Done. Where it holds another token: Taken, nothing
-	// changed. Where a client other than from.Owner is registered as
-	// waiting (or the registrations cannot be read), it releases
-	// from.Token as Release with announce would, and answers Absent: the
-	// lock goes back to competition, so that handing over within one
-	// client never locks other clients out. from and to have the same
-	// Name and Owner.
+	// changed. Where a client other than from.Owner is queued (or the
+	// queue cannot be read), it releases from.Token as Release with
+	// announce would (reserving the key for the head) and answers
+	// Absent, so that handing over within one client never locks other
+	// clients out. from and to have the same Name and Owner.
 	Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error)
-	// Leave drops k.Owner's registration as a waiter for k.Name: a
-	// waiter that gives up leaves nothing behind.
+	// Leave takes k.Owner out of k.Name's queue, and passes a
+	// reservation for it on to the next head: a waiter that gives up
+	// leaves nothing behind.
 	Leave(ctx context.Context, k Key) error
 }
 

@@ -39,6 +39,7 @@ type channel struct {
 type watch struct {
 	s        *subscriber
 	name     string
+	owner    string          // wakes for releases that name it or no one; "": for all
 	ready    chan struct{}   // closed once confirmed
 	released chan<- struct{} // the watcher's; sent to without blocking
 	stopped  bool            // guarded by s.mu
@@ -69,10 +70,10 @@ func newSubscriber(dial func(context.Context) (redis.Conn, error), timeout time.
 }
 
 // Watch watches key's release channel.
-func (r *Redis) Watch(key string, released chan<- struct{}) Watch {
+func (r *Redis) Watch(key, owner string, released chan<- struct{}) Watch {
 	s := r.sub
 	name := ReleaseChannel(key)
-	w := &watch{s: s, name: name, ready: make(chan struct{}), released: released}
+	w := &watch{s: s, name: name, owner: owner, ready: make(chan struct{}), released: released}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -208,7 +209,7 @@ func (s *subscriber) read(c redis.Conn) {
 		switch v := psc.ReceiveWithTimeout(s.idle).(type) {
 		case redis.Message:
 			pinged = false
-			s.notify(v.Channel)
+			s.notify(v.Channel, string(v.Data))
 		case redis.Subscription:
 			pinged = false
 			if v.Kind == "subscribe" {
@@ -247,12 +248,16 @@ func (s *subscriber) confirm(name string) {
 	}
 }
 
-// notify wakes name's watches.
-func (s *subscriber) notify(name string) {
+// notify wakes name's watches for a release that names to ("": no one,
+// every watch wakes).
+func (s *subscriber) notify(name, to string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ch := s.subs[name]; ch != nil {
 		for w := range ch.watches {
+			if to != "" && w.owner != "" && w.owner != to {
+				continue // the key is reserved for another waiter
+			}
 			select {
 			case w.released <- struct{}{}:
 			default: // a wake-up is already pending

@@ -49,9 +49,9 @@ func TestWatchCountsReferences(t *testing.T) {
 	require.NoError(t, err)
 	ch := node.ReleaseChannel("k")
 	a, b := make(chan struct{}, 1), make(chan struct{}, 1)
-	wa := r.Watch("k", a)
+	wa := r.Watch("k", "", a)
 	ready(t, wa)
-	wb := r.Watch("k", b)
+	wb := r.Watch("k", "", b)
 	ready(t, wb) // already confirmed: at once
 	assert.Equal(t, int64(1), numsub(t, admin, ch))
 
@@ -75,7 +75,7 @@ func TestWatchCountsReferences(t *testing.T) {
 	assert.Equal(t, int64(1), numsub(t, admin, ch), "b still watches")
 	wb.Stop()
 	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond)
-	wc := r.Watch("k", a)
+	wc := r.Watch("k", "", a)
 	ready(t, wc)
 	require.NoError(t, r.Close())
 	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond,
@@ -91,7 +91,7 @@ func TestWatchSurvivesAKilledConnection(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	woke := make(chan struct{}, 1)
-	w := r.Watch("k", woke)
+	w := r.Watch("k", "", woke)
 	defer w.Stop()
 	ready(t, w)
 	_, err = admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
@@ -119,7 +119,7 @@ func TestReleaseWithoutPublishRights(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	woke := make(chan struct{}, 1)
-	w := r.Watch("k", woke)
+	w := r.Watch("k", "", woke)
 	defer w.Stop()
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}

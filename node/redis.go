@@ -80,6 +80,10 @@ var (
 	confirmFenceLua string
 	//go:embed scripts/transfer.lua
 	transferLua string
+	//go:embed scripts/queue.lua
+	queueLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
 
 	acquireScript = boxed(luaScripts.Acquire)
 	extendScript  = boxed(luaScripts.Extend)
@@ -89,6 +93,7 @@ var (
 	acquireFencedScript = boxed(luaScripts.AcquireFenced)
 	confirmFenceScript  = boxed(luaScripts.ConfirmFence)
 	transferScript      = boxed(luaScripts.Transfer)
+	leaveScript         = boxed(luaScripts.Leave)
 
 	waiterLeaseMS = WaiterLease.Milliseconds()
 )
@@ -280,7 +285,7 @@ func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration, wai
 	}
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA",
-		[]any{acquireScript.hash, 2, name, WaitersKey(k.Name), token, r.ms(ttl), owner, waiterLeaseMS})
+		[]any{acquireScript.hash, 2, name, WaitersKey(k.Name), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
 	if err != nil {
 		return Result{}, err
 	}
@@ -330,7 +335,13 @@ func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, erro
 	if announce {
 		flag = announceYes
 	}
-	return r.script(ctx, "release", releaseScript, k, flag)
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, WaitersKey(k.Name), token, flag})
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("release", err)
 }
 
 // The boxed values of release.lua's ARGV[2].
@@ -369,7 +380,7 @@ func (r *Redis) Transfer(ctx context.Context, from, to Key, ttl time.Duration) (
 
 // Leave removes k.Owner from the key's waiters (see Handoffer).
 func (r *Redis) Leave(ctx context.Context, k Key) error {
-	_, err := r.do(ctx, "leave", "ZREM", WaitersKey(k.Name), k.Owner)
+	_, err := r.evalKeys(ctx, "leave", leaveScript, 2, k.Name, WaitersKey(k.Name), k.Owner)
 	return err
 }
 

@@ -333,10 +333,11 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config, giveUp time.
 // this client hands it over (see handoff.go).
 func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool, giveUp time.Time) (l *Lock, attempt int, err error) {
 	var (
-		w     *watches
-		o     *offer
-		perm  []int8 // per node, as refusals: what its last reply said
-		waits int    // waits for a local holder's handoff, for their delays
+		w      *watches
+		o      *offer
+		perm   []int8 // per node, as refusals: what its last reply said
+		waits  int    // waits for a local holder's handoff, for their delays
+		ticket int64  // this call's place in the nodes' queue for key; 0 before it has one
 	)
 	defer func() {
 		if w != nil {
@@ -379,7 +380,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		// Only an attempt after a failed one asks the nodes for the
 		// holder's TTL (by script): the first attempt of a Lock call, and
 		// TryLock's only one, stay one plain SET per node.
-		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1)
+		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1, ticket)
 		switch {
 		case err != nil:
 			return nil, attempt, err
@@ -387,6 +388,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return l, attempt, nil
 		}
 		qe.Attempts = attempt
+		ticket = max(ticket, qe.ticket)
 		perm = mergeRefusals(perm, qe.perm)
 		if qe.ctxErr != nil || c.hopeless(perm) {
 			return nil, attempt, qe
@@ -412,6 +414,16 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			}
 		}
 		if err == nil {
+			if qe.queued && w.listening(c.quorum) {
+				// Queued on a majority, and heard by a majority: the
+				// release that reserves the key for this call names
+				// it, and wakes no one else. Wake for that, or to
+				// renew the place in the queue before its lease ends.
+				d = queuePoll
+				if !giveUp.IsZero() {
+					d = min(d, max(0, giveUp.Sub(c.clk.Now())))
+				}
+			}
 			if qe.freeIn > 0 {
 				d = min(d, qe.freeIn)
 			}
@@ -430,13 +442,18 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	}
 }
 
+// queuePoll is how long a waiter queued on the nodes, and woken by name
+// when its turn comes, sleeps between attempts: often enough to renew
+// its place (node.WaiterLease) and to find a key reserved for it whose
+// announcement it missed.
+const queuePoll = node.WaiterLease / 3
+
 // sleep waits d on the client's clock, or until wake receives, or until
-// o (nil: none) receives a handoff: then it returns the lock handed over.
-// A handoff that released the lock instead ends the wait too, unless it
-// released it for another client's waiter (woken by that release): that
-// one goes first, and sleep waits on, deaf to wake, for two node timeouts
-// (time for that waiter's acquire) or d if shorter. It returns ctx's
-// error if ctx ends first, ErrClosed if the client is closed first.
+// o (nil: none) receives a handoff: then it returns the lock handed over
+// (nil: the lock was released without a handoff, try now). A release
+// heard while a handoff to o is under way does not end the wait. It
+// returns ctx's error if ctx ends first, ErrClosed if the client is
+// closed first.
 func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, o *offer) (*Lock, error) {
 	var gift chan *Lock
 	if o != nil {
@@ -451,15 +468,13 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 		case <-wake:
 			if c.awaited(o) {
 				// A handoff to this call is under way; the release
-				// heard is the nodes yielding to another client.
+				// heard is the nodes handing the key to another
+				// client's waiter.
 				continue
 			}
 			return nil, nil
 		case g := <-gift:
-			if g == nil && c.yield(o) {
-				return c.sleep(ctx, min(d, 2*o.cfg.timeout()), nil, o)
-			}
-			return g, nil // nil: released without a handoff, try now
+			return g, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-c.done:
@@ -559,11 +574,11 @@ func noFencer(nodes []node.Node) error {
 // count, check validity, roll back on failure. wait asks the nodes that
 // refuse for the holder's TTL. It returns a Lock, or a *QuorumError, or
 // ErrClosed.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool) (*Lock, *QuorumError, error) {
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64) (*Lock, *QuorumError, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	l, qe := c.try(ctx, key, cfg, wait)
+	l, qe := c.try(ctx, key, cfg, wait, ticket)
 	c.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
 	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
@@ -573,7 +588,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool) (*Lock, *QuorumError) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64) (*Lock, *QuorumError) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
@@ -582,6 +597,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool) (*
 	// of a failed attempt then can never delete the keys of a later one.
 	k := node.NewKey(key, newToken())
 	k.Owner = c.tag
+	k.Ticket = ticket
 	l := newLock(c, k, cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
 	t := r.Wait(ctx.Done(), c.quorum)
@@ -616,6 +632,9 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool) (*
 		qe.perm = refusals(r.Replies)
 	}
 	qe.freeIn = freeIn(r.Replies, c.quorum)
+	if wait {
+		qe.ticket, qe.queued = tickets(r.Replies, c.quorum)
+	}
 	return nil, qe
 }
 
@@ -662,6 +681,18 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round) {
 		}
 	}
 	l.ch.wait(granted)
+}
+
+// tickets reads a waiting attempt's replies: the largest ticket a node
+// queued the caller with, and whether at least need nodes queued it.
+func tickets(replies []quorum.Reply, need int) (ticket int64, queued bool) {
+	for _, r := range replies {
+		if r.Err == nil && r.Result.Ticket > 0 {
+			ticket = max(ticket, r.Result.Ticket)
+			need--
+		}
+	}
+	return ticket, need <= 0
 }
 
 // newToken returns 16 random bytes from crypto/rand in hex.

@@ -116,6 +116,8 @@ type QuorumError struct {
 	cause    error         // context.Cause of it, when that differs from ctxErr
 	nodes    *multierror.Error
 	perm     []int8 // acquire: per node, a refusal no retry changes (see refusals)
+	ticket   int64  // acquire: the largest ticket a node queued the caller with (see node.Handoffer)
+	queued   bool   // acquire: a majority queued the caller
 }
 
 // notStarted is the error of an operation that sent nothing because ctx

@@ -72,7 +72,7 @@ func newWatching(f *fakeNode) *watchingNode {
 	return n
 }
 
-func (n *watchingNode) Watch(key string, released chan<- struct{}) node.Watch {
+func (n *watchingNode) Watch(key, _ string, released chan<- struct{}) node.Watch {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
 	w := &fakeWatch{n: n, key: key, released: released}

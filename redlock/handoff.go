@@ -19,9 +19,11 @@ import (
 // majority of keys that SET NX could not have set for anyone else.
 // Otherwise the successor's keys are rolled back, the lock is released
 // as by a plain Unlock (announced), and the successor competes as
-// before. A node where a waiter of another client is registered releases
-// instead of transferring (see node.Handoffer), so handoffs within one
-// client never lock other clients out. docs/DESIGN.md has the argument.
+// before. A node where a waiter of another client is queued releases
+// instead of transferring, reserving the key for the head of its queue
+// (see node.Handoffer), so handoffs within one client never lock other
+// clients out: the successor queues behind them. docs/DESIGN.md has the
+// argument.
 
 // offer is the head of a key's local queue, waiting in Lock after a
 // failed attempt, ready to take the lock from an Unlock of this client.
@@ -31,7 +33,6 @@ type offer struct {
 	cfg       config     // the waiting Lock call's settings (a copy: the call's own stays on its stack)
 	claimed   bool       // an Unlock is handing over to it
 	withdrawn bool       // its Lock call has returned: a handoff under way releases what it would bring
-	yielded   bool       // the last nil gift: released for another client's waiter, who goes first
 }
 
 // maxChain is how many handoffs in a row a key's local queue may take
@@ -115,9 +116,9 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 }
 
 // deliver hands o what a handoff brought (nil: the lock was released
-// instead; yielded: for another client's waiter) and reports whether o
-// took it: false when o's Lock call has returned meanwhile.
-func (c *Client) deliver(key string, o *offer, g *Lock, yielded bool) bool {
+// instead) and reports whether o took it: false when o's Lock call has
+// returned meanwhile.
+func (c *Client) deliver(key string, o *offer, g *Lock) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	o.claimed = false
@@ -139,7 +140,6 @@ func (c *Client) deliver(key string, o *offer, g *Lock, yielded bool) bool {
 			q.chain = 0
 		}
 	}
-	o.yielded = g == nil && yielded
 	o.gift <- g
 	return true
 }
@@ -154,19 +154,8 @@ func (c *Client) poke(o *offer) {
 	}
 	select {
 	case o.gift <- nil:
-		o.yielded = false
 	default:
 	}
-}
-
-// yield reports (once) whether the nil gift o received was a release for
-// another client's waiter.
-func (c *Client) yield(o *offer) bool {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	y := o.yielded
-	o.yielded = false
-	return y
 }
 
 // handOff hands l to o's Lock call, or releases l if a majority did not
@@ -185,7 +174,7 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 			// A node that has not transferred (yet) may keep l's key.
 			l.releaseRest(ctx, r)
 		}
-		if !c.deliver(l.k.Name, o, next, false) {
+		if !c.deliver(l.k.Name, o, next) {
 			// Its Lock call returned meanwhile: nobody wants the lock.
 			return next.release(ctx, false, nil)
 		}
@@ -196,17 +185,13 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	// would find the successor's key or another client's, and Unlock
 	// would report a lock it did release as not held), the successor's
 	// keys are rolled back, and the lock is released where the transfer
-	// did not already remove its key (it replaced it, or released it for
-	// another client's waiter).
+	// did not already remove its key (it replaced it, or reserved it for
+	// the head of the nodes' queue, another client's waiter). The
+	// successor then queues behind that waiter.
 	r.waitAll(ctx.Done())
 	c.rollback(ctx, next, r)
-	freed := r.freed()
-	yielded := false
-	for _, rep := range r.Replies {
-		yielded = yielded || (rep.Err == nil && rep.Result.Status == node.Absent)
-	}
-	err := l.release(ctx, false, freed)
-	c.deliver(l.k.Name, o, nil, yielded)
+	err := l.release(ctx, false, r.freed())
+	c.deliver(l.k.Name, o, nil)
 	return err
 }
 

@@ -8,40 +8,130 @@ import (
 	"github.com/quorumlock/redlock/node"
 )
 
-// handoffNode is a fakeNode that offers node.Handoffer, as transfer.lua
-// and acquire.lua's waiter registration do on a server (leases on the
-// fake clock).
+// handoffNode is a fakeNode that offers node.Handoffer as the scripts do
+// on a server (node/scripts/queue.lua): a queue of waiting owners per key
+// with tickets and leases (on the fake clock), transfers within one
+// owner, and reservations ("~" + owner) for the head of the queue.
 type handoffNode struct {
 	*fakeNode
-	hmu     sync.Mutex
-	waiters map[string]map[string]time.Time // key -> owner -> lease end
+	hmu     sync.Mutex // taken before fakeNode.mu
+	waiters map[string]map[string]waiter // key -> owner -> place
+	tickets map[string]int64             // key -> last ticket given out
+}
+
+type waiter struct {
+	ticket int64
+	until  time.Time
 }
 
 func asHandoff(fs []*fakeNode) []node.Node {
 	out := make([]node.Node, len(fs))
 	for i, f := range fs {
-		out[i] = &handoffNode{fakeNode: f, waiters: map[string]map[string]time.Time{}}
+		out[i] = &handoffNode{fakeNode: f, waiters: map[string]map[string]waiter{}, tickets: map[string]int64{}}
 	}
 	return out
 }
 
+// head drops lapsed waiters of key and returns the head among those
+// other than skip ("" if none) and its lease end. Under hmu.
+func (n *handoffNode) head(key, skip string) (string, time.Time) {
+	now := n.clk.Now()
+	var (
+		h  string
+		hw waiter
+	)
+	for owner, w := range n.waiters[key] {
+		switch {
+		case !now.Before(w.until):
+			delete(n.waiters[key], owner)
+		case owner == skip:
+		case h == "" || w.ticket < hw.ticket || (w.ticket == hw.ticket && owner < h):
+			h, hw = owner, w
+		}
+	}
+	if len(n.waiters[key]) == 0 {
+		delete(n.waiters, key)
+		delete(n.tickets, key)
+	}
+	return h, hw.until
+}
+
+// handOn frees key, held by the caller: reserved for the head of its
+// queue other than skip, or deleted; announced. Under hmu and mu.
+func (n *handoffNode) handOn(key, skip string) {
+	if h, until := n.head(key, skip); h != "" {
+		n.keys[key] = entry{token: "~" + h, until: until}
+	} else {
+		delete(n.keys, key)
+	}
+	if n.announce != nil {
+		n.announce(key)
+	}
+}
+
 func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
-	res, err := n.fakeNode.Acquire(ctx, k, ttl, holderTTL)
-	if err != nil || !holderTTL || k.Owner == "" {
-		return res, err
+	if !holderTTL || k.Owner == "" {
+		return n.fakeNode.Acquire(ctx, k, ttl, holderTTL)
+	}
+	if err := n.hook(ctx, "acquire"); err != nil {
+		return node.Result{}, err
 	}
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
-	switch res.Status {
-	case node.Taken:
-		if n.waiters[k.Name] == nil {
-			n.waiters[k.Name] = map[string]time.Time{}
-		}
-		n.waiters[k.Name][k.Owner] = n.clk.Now().Add(node.WaiterLease)
-	case node.Done:
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.clk.Now()
+	e, held := n.get(k.Name)
+	if held && e.token == k.Token {
+		n.keys[k.Name] = entry{token: k.Token, until: now.Add(ttl)}
 		delete(n.waiters[k.Name], k.Owner)
+		return node.Result{Status: node.Done}, nil
 	}
-	return res, nil
+	ticket := k.Ticket
+	if w, ok := n.waiters[k.Name][k.Owner]; ticket == 0 && ok && now.Before(w.until) {
+		ticket = w.ticket
+	}
+	if ticket == 0 {
+		n.tickets[k.Name]++
+		ticket = n.tickets[k.Name]
+	}
+	n.tickets[k.Name] = max(n.tickets[k.Name], ticket)
+	if n.waiters[k.Name] == nil {
+		n.waiters[k.Name] = map[string]waiter{}
+	}
+	n.waiters[k.Name][k.Owner] = waiter{ticket: ticket, until: now.Add(node.WaiterLease)}
+	h, until := n.head(k.Name, "")
+	if (held && e.token == "~"+k.Owner) || (!held && h == k.Owner) {
+		n.keys[k.Name] = entry{token: k.Token, until: now.Add(ttl)}
+		delete(n.waiters[k.Name], k.Owner)
+		return node.Result{Status: node.Done}, nil
+	}
+	if !held {
+		return node.Result{Status: node.Taken, TTL: until.Sub(now), Ticket: ticket}, nil
+	}
+	return node.Result{Status: node.Taken, TTL: e.until.Sub(now), Ticket: ticket}, nil
+}
+
+func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+	if !announce {
+		return n.fakeNode.Release(ctx, k, announce)
+	}
+	if err := n.hook(ctx, "release"); err != nil {
+		return node.Result{}, err
+	}
+	n.hmu.Lock()
+	defer n.hmu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.get(k.Name)
+	switch {
+	case !ok:
+		return node.Result{Status: node.Absent}, nil
+	case e.token != k.Token:
+		return node.Result{Status: node.Taken}, nil
+	}
+	n.handOn(k.Name, "")
+	return node.Result{Status: node.Done}, nil
 }
 
 func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Duration) (node.Result, error) {
@@ -59,27 +149,14 @@ func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.
 	case held && e.token != from.Token:
 		return node.Result{Status: node.Taken}, nil
 	}
-	now := n.clk.Now()
-	others := 0
-	for owner, until := range n.waiters[from.Name] {
-		switch {
-		case !now.Before(until):
-			delete(n.waiters[from.Name], owner)
-		case owner != from.Owner:
-			others++
-		}
-	}
-	if others > 0 {
+	if h, _ := n.head(from.Name, from.Owner); h != "" {
 		if held {
-			delete(n.keys, from.Name)
-			if n.announce != nil {
-				n.announce(from.Name)
-			}
+			n.handOn(from.Name, from.Owner)
 		}
 		return node.Result{Status: node.Absent}, nil
 	}
 	delete(n.waiters[from.Name], from.Owner)
-	n.keys[from.Name] = entry{token: to.Token, until: now.Add(ttl)}
+	n.keys[from.Name] = entry{token: to.Token, until: n.clk.Now().Add(ttl)}
 	return node.Result{Status: node.Done}, nil
 }
 
@@ -89,12 +166,16 @@ func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
 	}
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	delete(n.waiters[k.Name], k.Owner)
+	if e, ok := n.get(k.Name); ok && e.token == "~"+k.Owner {
+		n.handOn(k.Name, k.Owner)
+	}
 	return nil
 }
 
-// waiting returns the owners registered as waiting for key, leases
-// ended or not.
+// waiting returns the owners queued for key, leases ended or not.
 func (n *handoffNode) waiting(key string) int {
 	n.hmu.Lock()
 	defer n.hmu.Unlock()

@@ -149,9 +149,9 @@ func TestHandoffOnAMinorityFallsBack(t *testing.T) {
 }
 
 // TestHandoffYieldsToAnotherClient: while a waiter of another client is
-// registered on the nodes, an Unlock does not hand the lock to its own
-// client's waiter: the nodes release it (announced), and the other
-// client's waiter takes it. Its lease lapsed, handoffs resume.
+// queued on the nodes, an Unlock does not hand the lock to its own
+// client's waiter: the nodes reserve it for the other client's waiter
+// (announced), which takes it; this client's waiter comes next.
 func TestHandoffYieldsToAnotherClient(t *testing.T) {
 	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
 	other := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
@@ -195,7 +195,7 @@ func TestHandoffYieldOnAMajorityIsARelease(t *testing.T) {
 	for _, n := range nodes[:3] {
 		h := n.(*handoffNode)
 		h.hmu.Lock()
-		h.waiters["k"] = map[string]time.Time{"another-client": clk.Now().Add(time.Hour)}
+		h.waiters["k"] = map[string]waiter{"another-client": {ticket: 1, until: clk.Now().Add(time.Second)}}
 		h.hmu.Unlock()
 	}
 	for _, f := range fakes[3:] {
@@ -207,11 +207,14 @@ func TestHandoffYieldOnAMajorityIsARelease(t *testing.T) {
 		})
 	}
 	require.NoError(t, first.Unlock(ctx), "released everywhere: three by the yield, two by the rollback of their transfer")
-	for i, f := range fakes {
-		assert.Empty(t, f.token("k"), "node %d", i)
+	for i, f := range fakes[:3] {
+		assert.Equal(t, "~another-client", f.token("k"), "node %d: reserved for the other client's waiter", i)
+	}
+	for i, f := range fakes[3:] {
+		assert.Empty(t, f.token("k"), "node %d", i+3)
 	}
 	r := drive(t, clk, 100*time.Millisecond, rc)
-	require.NoError(t, r.err, "the waiter takes the free lock after its deaf spell")
+	require.NoError(t, r.err, "the waiter takes the lock once the other waiter's reservation and lease have lapsed")
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
@@ -303,4 +306,78 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 		require.Eventually(t, func() bool { return n.(*handoffNode).waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d", i)
 		assert.Equal(t, 1, fakes[i].count("leave"))
 	}
+}
+
+// queueGhost queues owner for key on nodes with ticket, until its lease
+// ends at until: a waiter of another client that never comes back.
+func queueGhost(nodes []node.Node, key, owner string, ticket int64, until time.Time) {
+	for _, n := range nodes {
+		h := n.(*handoffNode)
+		h.hmu.Lock()
+		if h.waiters[key] == nil {
+			h.waiters[key] = map[string]waiter{}
+		}
+		h.waiters[key][owner] = waiter{ticket: ticket, until: until}
+		h.tickets[key] = max(h.tickets[key], ticket)
+		h.hmu.Unlock()
+	}
+}
+
+// TestQueueSkipsALapsedWaiter: the head of the nodes' queue has died (its
+// lease is not renewed): an Unlock reserves the key for it, and the next
+// waiter takes the lock once that lease has ended, not before.
+func TestQueueSkipsALapsedWaiter(t *testing.T) {
+	fakes, nodes, clk, holder := handoffSetup(t, 3)
+	waiterC := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	ctx := context.Background()
+	first, err := holder.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
+	lapse := clk.Now().Add(time.Second)
+	queueGhost(nodes, "k", "ghost", 1, lapse)
+	rc := waitIn(t, ctx, waiterC, clk, "k", 1)
+	clk.Advance(200 * time.Millisecond) // its second attempt queues it, behind the ghost
+	require.Eventually(t, func() bool { return nodes[0].(*handoffNode).waiting("k") == 2 && clk.Waiters() == 1 }, 5*time.Second, time.Millisecond, "waiting %d, timers %d", nodes[0].(*handoffNode).waiting("k"), clk.Waiters())
+	require.NoError(t, first.Unlock(ctx))
+	for i, f := range fakes {
+		require.Eventually(t, func() bool { return f.token("k") == "~ghost" }, 5*time.Second, time.Millisecond, "node %d: reserved for the head", i)
+	}
+	for clk.Now().Add(50 * time.Millisecond).Before(lapse) {
+		clk.Advance(50 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+		select {
+		case r := <-rc:
+			t.Fatalf("the waiter got the lock before the ghost's lease ended: %v", r.err)
+		default:
+		}
+	}
+	r := drive(t, clk, 50*time.Millisecond, rc)
+	require.NoError(t, r.err, "once the ghost's lease has ended")
+	assert.Equal(t, len(fakes), holders(fakes, "k", r.l.Token()))
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestQueueHeadOnAMinorityDoesNotBlock: a waiter with an earlier ticket
+// queued on a minority of the nodes only (its other calls failed) heads
+// the queue there; the head of the queue on the majority gets the lock
+// all the same.
+func TestQueueHeadOnAMinorityDoesNotBlock(t *testing.T) {
+	fakes, nodes, clk, holder := handoffSetup(t, 5)
+	waiterC := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	ctx := context.Background()
+	first, err := holder.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
+	queueGhost(nodes[:2], "k", "ghost", 1, clk.Now().Add(time.Hour))
+	rc := waitIn(t, ctx, waiterC, clk, "k", 1)
+	clk.Advance(200 * time.Millisecond)
+	require.Eventually(t, func() bool { return nodes[4].(*handoffNode).waiting("k") == 1 && clk.Waiters() == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, first.Unlock(ctx))
+	r := drive(t, clk, 50*time.Millisecond, rc)
+	require.NoError(t, r.err, "the head on three nodes of five")
+	assert.Equal(t, 3, holders(fakes, "k", r.l.Token()))
+	for i, f := range fakes[:2] {
+		assert.Equal(t, "~ghost", f.token("k"), "node %d: still reserved for the ghost", i)
+	}
+	require.NoError(t, r.l.Unlock(ctx))
 }

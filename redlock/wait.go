@@ -97,7 +97,7 @@ func (c *Client) watch(key string) *watches {
 	w := &watches{released: make(chan struct{}, 1)}
 	for _, n := range c.nodes {
 		if wn, ok := n.(node.Watcher); ok {
-			w.ws = append(w.ws, wn.Watch(key, w.released))
+			w.ws = append(w.ws, wn.Watch(key, c.tag, w.released))
 		}
 	}
 	if len(w.ws) == 0 {
@@ -125,6 +125,22 @@ func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// listening reports whether at least n of the watches are confirmed, so
+// that a release on a majority of nodes is heard.
+func (w *watches) listening(n int) bool {
+	if w == nil {
+		return false
+	}
+	for _, x := range w.ws {
+		select {
+		case <-x.Ready():
+			n--
+		default:
+		}
+	}
+	return n <= 0
 }
 
 func (w *watches) stop() {

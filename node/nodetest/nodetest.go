@@ -118,6 +118,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Watch", func(t *testing.T) { testWatch(t, f) })
 	t.Run("Fence", func(t *testing.T) { testFence(t, f) })
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
+	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
 }
 
@@ -731,7 +732,7 @@ func testWatch(t *testing.T, f Factory) {
 	}
 	k := node.Key{Name: "lk:watch", Token: "tok"}
 	released := make(chan struct{}, 1)
-	watch := w.Watch(k.Name, released)
+	watch := w.Watch(k.Name, "", released)
 	defer watch.Stop()
 	select {
 	case <-watch.Ready():
@@ -782,7 +783,7 @@ func testWatch(t *testing.T, f Factory) {
 	// returns at once and never becomes ready.
 	dead := newNode(t, f, Server{Addr: blackhole(t), Timeout: timeout}).(node.Watcher)
 	start := time.Now()
-	dw := dead.Watch(k.Name, released)
+	dw := dead.Watch(k.Name, "", released)
 	assert.Less(t, time.Since(start), slack, "Watch blocked")
 	select {
 	case <-dw.Ready():
@@ -846,8 +847,9 @@ func testHandoff(t *testing.T, f Factory) {
 	next := node.Key{Name: k.Name, Token: "tok-2", Owner: "client-a"}
 	e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, false))(node.Taken, "a plain acquire of a held key")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "a plain attempt does not register")
-	e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, true))(node.Taken, "a waiting acquire")
-	assert.Equal(t, int64(1), e.do("ZCARD", wk), "a waiting attempt registers its owner")
+	res := e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, true))(node.Taken, "a waiting acquire")
+	assert.Positive(t, res.Ticket, "a waiting attempt gets a ticket")
+	assert.Equal(t, int64(1), e.do("HEXISTS", wk, "client-a"), "a waiting attempt queues its owner")
 	assert.InDelta(t, node.WaiterLease, e.pttl(wk), float64(time.Second), "for the lease")
 
 	e.resultOf(h.Transfer(e.ctx, k, next, 30*time.Second))(node.Done, "a transfer within one client")
@@ -858,7 +860,8 @@ func testHandoff(t *testing.T, f Factory) {
 	e.resultOf(h.Transfer(e.ctx, node.Key{Name: k.Name, Token: "tok-9", Owner: "client-a"}, k, time.Minute))(node.Taken, "a transfer from a token that does not hold the key")
 	assert.Equal(t, "tok-2", e.get(k.Name), "changes nothing")
 
-	// A waiter of client b: the next transfer releases, announced.
+	// A waiter of client b: the next transfer releases, reserving the
+	// key for b, and names b.
 	other := node.Key{Name: k.Name, Token: "tok-b", Owner: "client-b"}
 	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "client b waits")
 	sub := redistest.Dial(t, "redis://"+e.addr)
@@ -866,10 +869,12 @@ func testHandoff(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	third := node.Key{Name: k.Name, Token: "tok-3", Owner: "client-a"}
 	e.resultOf(h.Transfer(e.ctx, next, third, time.Minute))(node.Absent, "a transfer while another client waits")
-	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "the holder's key is released instead")
-	require.NotNil(t, receive(t, sub, 5*time.Second), "and the release announced")
+	assert.Equal(t, "~client-b", e.get(k.Name), "the holder's key is reserved for b instead")
+	msg := receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg, "and the release announced")
+	assert.Equal(t, "client-b", string(msg[2].([]byte)), "naming b")
 	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Done, "client b takes the lock")
-	assert.Equal(t, int64(0), e.do("ZCARD", wk), "its registration is gone")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "its place in the queue is gone")
 
 	// A transfer to a free key acts as an acquire; Leave drops a
 	// registration.
@@ -880,17 +885,99 @@ func testHandoff(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "Leave drops the registration")
 	e.resultOf(e.n.Release(e.ctx, third, false))(node.Done, "release")
 
-	// An ACL user without the sorted-set commands still locks and
-	// waits; its transfers release instead of handing over.
-	e.do("ACL", "SETUSER", "nozset", "on", ">"+password+"-z", "~lk:*", "&lk:*", "+@all", "-@sortedset")
-	t.Cleanup(func() { e.do("ACL", "DELUSER", "nozset") })
-	limited := newNode(t, f, Server{Addr: e.addr, Username: "nozset", Password: password + "-z", Timeout: timeout})
+	// An ACL user without the hash commands still locks and waits (in no
+	// order); its transfers release instead of handing over.
+	e.do("ACL", "SETUSER", "nohash", "on", ">"+password+"-h", "~lk:*", "&lk:*", "+@all", "-@hash")
+	t.Cleanup(func() { e.do("ACL", "DELUSER", "nohash") })
+	limited := newNode(t, f, Server{Addr: e.addr, Username: "nohash", Password: password + "-h", Timeout: timeout})
 	lh, ok := limited.(node.Handoffer)
 	require.True(t, ok)
-	e.resultOf(limited.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire without sorted-set rights")
-	e.resultOf(limited.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "a waiting acquire without sorted-set rights")
-	e.resultOf(lh.Transfer(e.ctx, k, next, time.Minute))(node.Absent, "a transfer that cannot read the waiters releases")
+	e.resultOf(limited.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire without hash rights")
+	res = e.resultOf(limited.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "a waiting acquire without hash rights")
+	assert.Zero(t, res.Ticket, "is not queued")
+	e.resultOf(lh.Transfer(e.ctx, k, next, time.Minute))(node.Absent, "a transfer that cannot read the queue releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
+	e.resultOf(limited.Acquire(e.ctx, other, time.Minute, true))(node.Done, "a waiting acquire without hash rights takes a free key")
+	e.resultOf(limited.Release(e.ctx, other, true))(node.Done, "and releases it")
+	require.NoError(t, lh.Leave(e.ctx, other), "Leave without hash rights")
+	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
+}
+
+// testQueue checks the waiter queue of node.Handoffer: tickets in order,
+// reservations for the head, leases, Leave.
+func testQueue(t *testing.T, f Factory) {
+	e := start(t, f)
+	h, ok := e.n.(node.Handoffer)
+	if !ok {
+		t.Skip("the node is not a node.Handoffer")
+	}
+	name := "lk:queue"
+	wk := node.WaitersKey(name)
+	key := func(tok, owner string, ticket int64) node.Key {
+		return node.Key{Name: name, Token: tok, Owner: owner, Ticket: ticket}
+	}
+	holder := key("tok-a", "a", 0)
+	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key")
+
+	// Tickets in the order the waiters came, kept across attempts.
+	b := e.resultOf(e.n.Acquire(e.ctx, key("tok-b1", "b", 0), time.Minute, true))(node.Taken, "b waits").Ticket
+	c := e.resultOf(e.n.Acquire(e.ctx, key("tok-c1", "c", 0), time.Minute, true))(node.Taken, "c waits").Ticket
+	require.Positive(t, b)
+	assert.Greater(t, c, b, "c came after b")
+	assert.Equal(t, b, e.resultOf(e.n.Acquire(e.ctx, key("tok-b2", "b", 0), time.Minute, true))(node.Taken, "b again").Ticket, "b keeps its ticket")
+	res := e.resultOf(e.n.Acquire(e.ctx, key("tok-b3", "b", b), time.Minute, true))(node.Taken, "b with its ticket")
+	assert.Equal(t, b, res.Ticket)
+	assert.InDelta(t, time.Minute, res.TTL, float64(5*time.Second), "a held key: the holder's TTL")
+
+	// a's release reserves the key for b, the head, and names b; nobody
+	// else takes it, a plain acquire neither.
+	sub := redistest.Dial(t, "redis://"+e.addr)
+	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(name))
+	require.NoError(t, err)
+	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
+	assert.Equal(t, "~b", e.get(name), "reserved for b")
+	assert.LessOrEqual(t, e.pttl(name), node.WaiterLease, "for what is left of b's lease")
+	msg := receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, "b", string(msg[2].([]byte)), "the release names b")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-c2", "c", c), time.Minute, true))(node.Taken, "c waits behind b")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-d", "", 0), time.Minute, false))(node.Taken, "a plain acquire does not take a reserved key")
+	bk := key("tok-b4", "b", b)
+	e.resultOf(e.n.Acquire(e.ctx, bk, time.Minute, true))(node.Done, "b takes the key reserved for it")
+	assert.Equal(t, "tok-b4", e.get(name))
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "b"), "b has left the queue")
+
+	// b's release reserves for c; c gives up: the key is free again,
+	// announced to all, and nothing is left.
+	e.resultOf(e.n.Release(e.ctx, bk, true))(node.Done, "b releases")
+	assert.Equal(t, "~c", e.get(name), "reserved for c")
+	require.NotNil(t, receive(t, sub, 5*time.Second))
+	require.NoError(t, h.Leave(e.ctx, key("", "c", c)))
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "c's reservation is gone with it")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "and the queue")
+	msg = receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, "", string(msg[2].([]byte)), "the key is free for all")
+
+	// A free key and a queue: only the head takes it; a ticket given by
+	// the waiter raises the counter, so that later waiters come after it.
+	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key again")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-b5", "b", 100), time.Minute, true))(node.Taken, "b waits with ticket 100")
+	c = e.resultOf(e.n.Acquire(e.ctx, key("tok-c3", "c", 0), time.Minute, true))(node.Taken, "c waits").Ticket
+	assert.Equal(t, int64(101), c, "after b")
+	e.resultOf(e.n.Release(e.ctx, holder, false))(node.Done, "a rollback frees the key without handing it on")
+	assert.Equal(t, int64(0), e.do("EXISTS", name))
+	res = e.resultOf(e.n.Acquire(e.ctx, key("tok-c4", "c", c), time.Minute, true))(node.Taken, "c is not the head")
+	assert.InDelta(t, node.WaiterLease, res.TTL, float64(time.Second), "and waits for the head's lease at most")
+
+	// A waiter whose lease ends is out of the queue: c, renewing, heads
+	// it and takes the free key.
+	time.Sleep(node.WaiterLease + 100*time.Millisecond)
+	ck := key("tok-c5", "c", c)
+	e.resultOf(e.n.Acquire(e.ctx, ck, time.Minute, true))(node.Done, "c heads the queue once b's lease is over")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
+	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "a release with no one queued deletes the key")
 }
 
 // serverMicros is the server's TIME in microseconds.

@@ -1,50 +1,77 @@
--- acquire.lua: SET NX PX, and on a key held by someone else, how long it has
--- left; a waiter also says it is waiting.
+-- acquire.lua: set the lock key for a waiter, in its turn; otherwise say how
+-- long it has left. (queue.lua is prepended.)
 -- KEYS[1]  the lock key
--- KEYS[2]  its waiters (node.WaitersKey): a sorted set of client tags
---          scored by when their lease ends, in the node's milliseconds
+-- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the TTL in milliseconds
--- ARGV[3]  the caller's client tag (node.Key.Owner), "" for none
+-- ARGV[3]  the caller's client tag (node.Key.Owner); "" for a caller that
+--          does not queue: then only SET NX PX and the holder's PTTL
 -- ARGV[4]  the waiter lease in milliseconds
+-- ARGV[5]  the caller's ticket (node.Key.Ticket); 0 when it has none yet
 -- Returns  "OK" (status) when the key was set, or already held the caller's
 --          token (then its TTL is set to ARGV[2], as the SET would have);
---          otherwise the holder's PTTL in milliseconds (-1: the key has no
---          expiry), so that a waiter knows when the key expires without
---          another round trip.
+--          otherwise {wait, ticket}: wait is the holder's PTTL in
+--          milliseconds (-1: no expiry), or, when the key is free but
+--          another waiter heads the queue, what is left of that waiter's
+--          lease; ticket is the caller's ticket on this node (0: no queue
+--          here). Without a tag, the PTTL alone.
 -- A token is fresh for every attempt, so finding it means this very command
 -- ran before: a Redis client that retried it after a lost reply. Answering
 -- "taken" would leave the key behind, since a client does not roll back a
 -- node that answered so.
--- A caller with a tag that finds the key taken is registered as waiting
--- until its lease ends (renewed by each attempt); a holder does not hand
--- its lock to a waiter of its own client (transfer.lua) while one of
--- another client waits. The set expires with its last lease. The sorted-set
--- commands go by redis.pcall: an ACL user without them still locks and
--- waits (TIME too); only the handoff between its goroutines is off
--- (transfer.lua).
-if redis.replicate_commands then
-  redis.replicate_commands() -- TIME before a write (Redis < 5; a no-op since)
-end
-if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-  if ARGV[3] ~= "" then
-    redis.pcall("ZREM", KEYS[2], ARGV[3])
+-- A caller with a tag is queued (its lease renewed) unless it takes the key.
+-- It takes the key when the key is reserved for it (see hand_on), or free
+-- and the caller heads the queue. Its ticket is ARGV[5], else the one it
+-- already has here, else the next one; the counter is raised to the ticket,
+-- so that a waiter that queues after this one is queued on a majority gets
+-- a larger one from any majority.
+local key, wk, token, ttl, tag = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local v = redis.call("GET", key)
+if v == token then
+  redis.call("PEXPIRE", key, ttl)
+  if tag ~= "" then
+    pcall(queue_drop, wk, tag)
   end
   return {ok = "OK"}
 end
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  redis.call("PEXPIRE", KEYS[1], ARGV[2])
-  if ARGV[3] ~= "" then
-    redis.pcall("ZREM", KEYS[2], ARGV[3])
+if tag == "" then
+  if v then
+    return redis.call("PTTL", key)
+  end
+  redis.call("SET", key, token, "PX", ttl)
+  return {ok = "OK"}
+end
+local ok, head, mine, lease = pcall(function()
+  local now = now_ms()
+  local mine = tonumber(ARGV[5])
+  if mine == 0 then
+    local e = redis.call("HGET", wk, tag)
+    local tk, le = string.match(e or "", "^(%d+):(%d+)$")
+    if tk and tonumber(le) > now then
+      mine = tonumber(tk)
+    else
+      mine = redis.call("HINCRBY", wk, "#", 1)
+    end
+  end
+  if tonumber(redis.call("HGET", wk, "#") or "0") < mine then
+    redis.call("HSET", wk, "#", mine)
+  end
+  redis.call("HSET", wk, tag, mine .. ":" .. (now + tonumber(ARGV[4])))
+  redis.call("PEXPIRE", wk, ARGV[4])
+  local h, hl = queue_head(wk, now, nil)
+  return h, mine, hl - now
+end)
+if v == "~" .. tag or (not v and (not ok or head == tag)) then
+  redis.call("SET", key, token, "PX", ttl)
+  if ok then
+    pcall(queue_drop, wk, tag)
   end
   return {ok = "OK"}
 end
-local t = ARGV[3] ~= "" and redis.pcall("TIME")
-if t and t[1] then
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if type(redis.pcall("ZADD", KEYS[2], now + tonumber(ARGV[4]), ARGV[3])) == "number"
-      and redis.call("PTTL", KEYS[2]) < tonumber(ARGV[4]) then
-    redis.call("PEXPIRE", KEYS[2], ARGV[4])
-  end
+if not ok then
+  return {redis.call("PTTL", key), 0}
 end
-return redis.call("PTTL", KEYS[1])
+if not v then
+  return {lease, mine}
+end
+return {redis.call("PTTL", key), mine}

@@ -1,18 +1,21 @@
--- release.lua: delete a lock only while it still holds the caller's token, and
--- tell waiters.
+-- release.lua: free a lock key only while it still holds the caller's token,
+-- handing it to the head of its queue. (queue.lua is prepended.)
 -- KEYS[1]  the lock key
+-- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the caller's token
--- ARGV[2]  "1" to announce the delete, "0" not to
--- Returns  1 deleted, 0 the key holds another token, -1 the key is absent.
--- An announced delete is published on the key's release channel,
--- KEYS[1] .. ":released" (node.ReleaseChannel), so that waiters wake at once.
--- redis.pcall: an ACL user without the right to publish still releases; its
--- waiters fall back to polling.
+-- ARGV[2]  "1" for an Unlock: hand on and announce (see hand_on in
+--          queue.lua); "0" for a rollback: delete quietly
+-- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
+-- The announcement goes to the key's release channel,
+-- KEYS[1] .. ":released" (node.ReleaseChannel): the head's tag when the key
+-- is reserved for it, "" when it was deleted. redis.pcall: an ACL user
+-- without the right to publish still releases; its waiters poll.
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
-  redis.call("DEL", KEYS[1])
   if ARGV[2] == "1" then
-    redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
+    hand_on(KEYS[1], KEYS[2], nil)
+  else
+    redis.call("DEL", KEYS[1])
   end
   return 1
 elseif v then
