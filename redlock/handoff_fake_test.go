@@ -14,7 +14,7 @@ import (
 // owner, and reservations ("~" + owner) for the head of the queue.
 type handoffNode struct {
 	*fakeNode
-	hmu     sync.Mutex // taken before fakeNode.mu
+	hmu     sync.Mutex                   // taken before fakeNode.mu
 	waiters map[string]map[string]waiter // key -> owner -> place
 	tickets map[string]int64             // key -> last ticket given out
 }
