@@ -388,6 +388,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return l, attempt, nil
 		}
 		qe.Attempts = attempt
+		sent := ticket
 		ticket = max(ticket, qe.ticket)
 		perm = mergeRefusals(perm, qe.perm)
 		if qe.ctxErr != nil || c.hopeless(perm) {
@@ -412,6 +413,12 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 					continue
 				}
 			}
+		}
+		if err == nil && qe.split && ticket != sent {
+			// The nodes gave this call different tickets (a node's
+			// counter had started over): queue again at once with the
+			// largest, so that every node orders the waiters alike.
+			continue
 		}
 		if err == nil {
 			if qe.queued && w.listening(c.quorum) {
@@ -633,7 +640,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	}
 	qe.freeIn = freeIn(r.Replies, c.quorum)
 	if wait {
-		qe.ticket, qe.queued = tickets(r.Replies, c.quorum)
+		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
 	}
 	return nil, qe
 }
@@ -684,15 +691,18 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round) {
 }
 
 // tickets reads a waiting attempt's replies: the largest ticket a node
-// queued the caller with, and whether at least need nodes queued it.
-func tickets(replies []quorum.Reply, need int) (ticket int64, queued bool) {
+// queued the caller with, whether at least need nodes queued it, and
+// whether some node queued it with a smaller ticket (the nodes do not
+// order it the same way yet).
+func tickets(replies []quorum.Reply, need int) (ticket int64, queued, split bool) {
 	for _, r := range replies {
 		if r.Err == nil && r.Result.Ticket > 0 {
+			split = split || (ticket > 0 && r.Result.Ticket != ticket)
 			ticket = max(ticket, r.Result.Ticket)
 			need--
 		}
 	}
-	return ticket, need <= 0
+	return ticket, need <= 0, split
 }
 
 // newToken returns 16 random bytes from crypto/rand in hex.

@@ -118,6 +118,7 @@ type QuorumError struct {
 	perm     []int8 // acquire: per node, a refusal no retry changes (see refusals)
 	ticket   int64  // acquire: the largest ticket a node queued the caller with (see node.Handoffer)
 	queued   bool   // acquire: a majority queued the caller
+	split    bool   // acquire: nodes queued the caller with different tickets
 }
 
 // notStarted is the error of an operation that sent nothing because ctx

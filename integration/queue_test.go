@@ -1,0 +1,178 @@
+package integration_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// queued counts the clients queued for key on node i of the shared
+// cluster (the waiters hash, less its counter).
+func queued(t *testing.T, i int, key string) int {
+	t.Helper()
+	v, err := shared.Direct(i).Command(context.Background(), "HLEN", node.WaitersKey(key))
+	require.NoError(t, err)
+	n, _ := v.(int64)
+	return max(0, int(n)-1)
+}
+
+// queuedEverywhere waits until n clients are queued for key on every
+// node of the shared cluster.
+func queuedEverywhere(t *testing.T, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i := range shared.Size() {
+			if queued(t, i, key) != n {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "%d clients queued for %s on every node", n, key)
+}
+
+// lockIn starts c.Lock(ctx, key) in a goroutine.
+func lockIn(ctx context.Context, c *redlock.Client, key string) <-chan lockResult {
+	out := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		out <- lockResult{l, err}
+	}()
+	return out
+}
+
+type lockResult struct {
+	l   *redlock.Lock
+	err error
+}
+
+// TestQueueClientsTakeTurnsInOrder: three clients (as three hosts), one
+// goroutine each, want one key again and again. Once all three are
+// queued, the lock goes round in the order they queued: every grant goes
+// to the client that has waited longest, so the holders repeat with
+// period three. Order is asserted, not timing.
+func TestQueueClientsTakeTurnsInOrder(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	key := p + "k"
+	opt := redlock.WithNodeTimeout(200 * time.Millisecond) // a loaded machine must not cost a waiter its place
+	clients := []*redlock.Client{client(t, opt), client(t, opt), client(t, opt)}
+	var chk checker.Checker
+	stop := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for w, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithDeadline(context.Background(), stop)
+				l, err := c.Lock(ctx, key)
+				cancel()
+				if err != nil {
+					continue
+				}
+				h := chk.Begin(w, l.Key(), l.Token(), time.Now(), l.Until())
+				time.Sleep(20 * time.Millisecond) // long enough for the others to queue
+				h.End(time.Now())
+				_ = l.Unlock(context.Background())
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, chk.Overlaps(), chk.Report())
+	ws := chk.Windows()
+	require.Greater(t, len(ws), 30, "grants in 3 s")
+	order := make([]int, len(ws))
+	for i, w := range ws {
+		order[i] = w.Holder
+	}
+	for i := 3; i < len(order); i++ {
+		require.Equal(t, order[i-3], order[i], "grant %d breaks the turn order: %v", i, order)
+	}
+	assert.ElementsMatch(t, []int{0, 1, 2}, order[:3], "each client in every round: %v", order)
+	t.Logf("%d grants in turn: %v", len(order), order[:min(len(order), 12)])
+}
+
+// TestQueueKilledWaiterStopsBlocking: the head of the nodes' queue is a
+// client closed mid-wait without leaving (as if its host died): the
+// Unlock before it reserves the key for it, and the next waiter gets the
+// lock once its place has lapsed (node.WaiterLease), not never.
+func TestQueueKilledWaiterStopsBlocking(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	key := p + "k"
+	holder, dead, next := client(t), client(t), client(t)
+	l, err := holder.TryLock(context.Background(), key)
+	require.NoError(t, err)
+	deadLock := lockIn(context.Background(), dead, key)
+	queuedEverywhere(t, key, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nextLock := lockIn(ctx, next, key)
+	queuedEverywhere(t, key, 2)
+
+	// The dead client's calls end without a word to the nodes.
+	require.NoError(t, dead.Close())
+	r := <-deadLock
+	require.ErrorIs(t, r.err, redlock.ErrClosed)
+	require.NoError(t, l.Unlock(context.Background()))
+	reserved := 0
+	for i := range shared.Size() {
+		if tok := scToken(t, shared, i, key); len(tok) > 0 && tok[0] == '~' {
+			reserved++
+		}
+	}
+	assert.GreaterOrEqual(t, reserved, 3, "the key is reserved for the dead client's waiter")
+	r = <-nextLock
+	require.NoError(t, r.err, "the next waiter gets the lock once the dead one's lease lapses")
+	require.NoError(t, r.l.Unlock(context.Background()))
+}
+
+// TestQueueRebuildsAfterMajorityRestart: two clients are queued behind a
+// holder when three of the five nodes restart empty (their keys and
+// queues gone). The waiters queue again, with the tickets they had, and
+// each gets the lock in turn: nobody waits forever, and no two hold it at
+// once.
+func TestQueueRebuildsAfterMajorityRestart(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	key := p + "k"
+	holder, a, b := client(t), client(t), client(t)
+	l, err := holder.TryLock(context.Background(), key)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	aLock := lockIn(ctx, a, key)
+	queuedEverywhere(t, key, 1)
+	bLock := lockIn(ctx, b, key)
+	queuedEverywhere(t, key, 2)
+
+	scStop(t, shared, 0, 1, 2)()
+	for i := range 3 {
+		require.Empty(t, scToken(t, shared, i, key), "node %d restarted empty", i)
+	}
+	require.ErrorIs(t, l.Unlock(context.Background()), redlock.ErrNotHeld, "the holder's keys are gone from a majority")
+
+	var chk checker.Checker
+	var wg sync.WaitGroup
+	for w, rc := range []<-chan lockResult{aLock, bLock} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := <-rc
+			if !assert.NoError(t, r.err, "waiter %d gets the lock after the restart", w) {
+				return
+			}
+			h := chk.Begin(w, key, r.l.Token(), time.Now(), r.l.Until())
+			time.Sleep(50 * time.Millisecond)
+			h.End(time.Now())
+			assert.NoError(t, r.l.Unlock(context.Background()))
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, chk.Overlaps(), chk.Report())
+}
