@@ -30,6 +30,7 @@ type scenario struct {
 	// 0..workers/clients-1, and so on.
 	clients int
 	fault   string // "", "latency", "blackhole" (applyFault)
+	hold    time.Duration // contended scenarios: how long a holder keeps the lock; 0: params.hold
 	// round runs the workers of one contender until end (each does at
 	// least one cycle) and returns the exclusion violations it saw. r is
 	// nil in warm-ups and goroutine passes: nothing is recorded then.
@@ -52,6 +53,7 @@ func scenarios(p params) []scenario {
 		blackholeScenario(p),
 		contendedScenario(p),
 		contendedClientsScenario(p),
+		contendedHostsScenario(p),
 		holderDiesScenario(p),
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -96,7 +97,7 @@ func (b *bench) contendedLoop(sc scenario, id int, st *wstate, sh *contShared, e
 		if sh.inCS.Add(1) != 1 {
 			sh.violations.Add(1)
 		}
-		time.Sleep(b.p.hold)
+		time.Sleep(cmp.Or(sc.hold, b.p.hold))
 		sh.inCS.Add(-1)
 		sh.mu.Lock()
 		sh.last = time.Now()

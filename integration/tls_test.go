@@ -21,14 +21,14 @@ import (
 // lockACL is the least a lock client needs on a node: SET NX PX, the
 // scripts (EVALSHA, and EVAL after a restart emptied the script cache)
 // and the commands they run (TIME for fenced locks and waiter leases,
-// PUBLISH to announce a release, the sorted-set commands for waiter
-// registrations), SUBSCRIBE for waiters to be woken, and PING for
+// PUBLISH to announce a release, EXISTS and the hash commands for the
+// queue of waiters), SUBSCRIBE for waiters to be woken, and PING for
 // idle-connection checks, on the lock keys and their release channels
 // only. docs/OPERATIONS.md shows the same rule.
 var lockACL = []string{"on", "resetkeys", "~lk:*", "resetchannels", "&lk:*", "-@all",
 	"+set", "+get", "+del", "+pexpire", "+pttl", "+time", "+eval", "+evalsha",
 	"+publish", "+subscribe", "+unsubscribe", "+ping",
-	"+zadd", "+zrem", "+zcard", "+zscore", "+zremrangebyscore"}
+	"+exists", "+hget", "+hset", "+hdel", "+hlen", "+hgetall", "+hincrby"}
 
 // TestTLSAndACL runs the lock over rediss:// with an ACL user limited to
 // lockACL, against three redis-server processes serving TLS with a

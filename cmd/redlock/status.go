@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -18,7 +19,8 @@ const statusTrailer = `environment:
 
 exit codes:
   0    free: a majority of the nodes answered and do not hold the key
-  1    held: one token holds the key on a majority of the nodes
+  1    held: one token holds the key on a majority of the nodes, or an
+       Unlock reserved it there for the next waiter
   2    bad command line
   3    split: held on some nodes, by no majority
   69   too few nodes answered to tell
@@ -82,17 +84,27 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if infos[i].TTL >= 0 {
 				ttl = infos[i].TTL.Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "%s\theld\t%s\t%s\n", ep.Addr(), shortToken(infos[i].Token), ttl)
+			state, tok := "held", shortToken(infos[i].Token)
+			if w, ok := strings.CutPrefix(infos[i].Token, "~"); ok {
+				// An Unlock handed the key to the head of the queue.
+				state, tok = "reserved", "for waiter "+w
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.Addr(), state, tok, ttl)
 		}
 	}
 	tw.Flush()
 
 	need := quorum.Majority(len(eps))
 	for tok, n := range held {
-		if n >= need {
-			fmt.Fprintf(stdout, "%q is held by a majority (%d of %d nodes) with token %s\n", key, n, len(eps), shortToken(tok))
-			return exitHeld
+		if n < need {
+			continue
 		}
+		if w, ok := strings.CutPrefix(tok, "~"); ok {
+			fmt.Fprintf(stdout, "%q is being handed to waiter %s (reserved on %d of %d nodes)\n", key, w, n, len(eps))
+		} else {
+			fmt.Fprintf(stdout, "%q is held by a majority (%d of %d nodes) with token %s\n", key, n, len(eps), shortToken(tok))
+		}
+		return exitHeld
 	}
 	switch {
 	case free >= need:
