@@ -29,7 +29,7 @@ type scenario struct {
 	// queues), as that many hosts would be; the first has the workers
 	// 0..workers/clients-1, and so on.
 	clients int
-	fault   string // "", "latency", "blackhole" (applyFault)
+	fault   string        // "", "latency", "blackhole" (applyFault)
 	hold    time.Duration // contended scenarios: how long a holder keeps the lock; 0: params.hold
 	// round runs the workers of one contender until end (each does at
 	// least one cycle) and returns the exclusion violations it saw. r is
