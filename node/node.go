@@ -88,11 +88,22 @@ type Key struct {
 	Ticket int64
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
+	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal
 }
 
 // NewKey returns the Key of name and token.
 func NewKey(name, token string) Key {
-	return Key{Name: name, Token: token, name: name, token: token}
+	return Key{Name: name, Token: token, name: name, token: token, waiters: WaitersKey(name)}
+}
+
+// boxedWaiters returns WaitersKey(k.Name) as an interface value: the one
+// NewKey made (a lock's every release sends it to every node), or a new
+// one for a Key written as a literal.
+func (k Key) boxedWaiters() any {
+	if k.waiters == nil {
+		return WaitersKey(k.Name)
+	}
+	return k.waiters
 }
 
 // Boxed returns Name and Token as interface values: those NewKey made, or

@@ -285,7 +285,7 @@ func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration, wai
 	}
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA",
-		[]any{acquireScript.hash, 2, name, WaitersKey(k.Name), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
+		[]any{acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
 	if err != nil {
 		return Result{}, err
 	}
@@ -336,7 +336,7 @@ func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, erro
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, WaitersKey(k.Name), token, flag})
+	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag})
 	if err != nil {
 		return Result{}, err
 	}
