@@ -24,8 +24,9 @@ import (
 // not one goroutine per lock. A release leaves the queue when the node
 // answers it (done, or the key is not ours: absent or another token),
 // refuses it for good (node.Permanent), or the key's TTL has ended it
-// anyway. Close lets the queues run for closeGrace more, then reports
-// what is left (ErrAbandoned); those keys expire by their TTL.
+// anyway. Close lets the queues run for closeGrace more, calling nodes
+// whose breaker is open too, then reports what is left (ErrAbandoned);
+// those keys expire by their TTL.
 const (
 	finishFirst = 20 * time.Millisecond  // first wait before a retry
 	finishMax   = 400 * time.Millisecond // longest wait between retries
@@ -129,16 +130,21 @@ func (c *Client) finishReleases(i int) {
 
 		// The node's breaker decides as for any call: no call while it
 		// is open (the release waits for the node to come back), and a
-		// retry may be the probe.
+		// retry may be the probe. Close's grace is the last chance,
+		// though: then the release goes to a skipped node too (the node
+		// may be back before its cooldown ends), bounded by the node
+		// timeout and the grace, and its outcome is not counted.
 		ok, gen := c.allow(i)
-		if !ok {
+		if !ok && closing.IsZero() {
 			wait = finishMax
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 		_, err := nd.Release(ctx, r.k, r.announce)
 		cancel()
-		c.record(i, gen, err)
+		if ok {
+			c.record(i, gen, err)
+		}
 		c.callDone(i, "release", c.clk.Since(now), err)
 		if err != nil && !node.Permanent(err) {
 			wait = min(2*wait, finishMax)

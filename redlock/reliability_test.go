@@ -150,6 +150,27 @@ func TestFinishWaitsForAnOpenBreaker(t *testing.T) {
 		"the retry probes once the cooldown is over")
 }
 
+// TestCloseCallsASkippedNodeOnceMore: a node whose breaker opened on the
+// failed release may be back before its cooldown ends; Close's grace is
+// the release's last chance, so it is sent there all the same, and no
+// key is left behind.
+func TestCloseCallsASkippedNodeOnceMore(t *testing.T) {
+	fakes, _, c := setup(t, 5, redlock.WithBreaker(redlock.Breaker{Failures: 1, Span: -1, Cooldown: time.Hour}))
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	hook, heal := flaky("release")
+	fakes[0].setBefore(hook)
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { return fakes[0].count("release") == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // over the worker's first retries (20ms, 40ms, ...)
+	require.Equal(t, 1, fakes[0].count("release"), "no call while the breaker is open")
+	heal()
+	require.NoError(t, c.Close(), "the release was sent once more at Close")
+	assert.Equal(t, 2, fakes[0].count("release"))
+	assert.Zero(t, holders(fakes, "k", l.Token()))
+}
+
 // TestUnlockWithoutMajorityIsFinishedToo: when most releases are lost,
 // Unlock reports it, and the releases are finished all the same.
 func TestUnlockWithoutMajorityIsFinishedToo(t *testing.T) {
