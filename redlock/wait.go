@@ -88,16 +88,19 @@ type watches struct {
 	ws       []node.Watch
 }
 
-// watch subscribes to key's releases on every node that offers it; nil
-// when notifications are off or no node offers them.
-func (c *Client) watch(key string) *watches {
+// watch subscribes to the releases of keys (one or more; a semaphore
+// watches all its slots, on one channel) on every node that offers it;
+// nil when notifications are off or no node offers them.
+func (c *Client) watch(keys ...string) *watches {
 	if c.cfg.quiet {
 		return nil
 	}
 	w := &watches{released: make(chan struct{}, 1)}
 	for _, n := range c.nodes {
 		if wn, ok := n.(node.Watcher); ok {
-			w.ws = append(w.ws, wn.Watch(key, c.tag, w.released))
+			for _, key := range keys {
+				w.ws = append(w.ws, wn.Watch(key, c.tag, w.released))
+			}
 		}
 	}
 	if len(w.ws) == 0 {

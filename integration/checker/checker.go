@@ -140,6 +140,37 @@ func (c *Checker) Overlaps() []Overlap {
 	return out
 }
 
+// MostAtOnce returns the largest number of windows on keys that start
+// with prefix (the slots of one semaphore, say) that were open at one
+// instant, and that instant: a semaphore of N permits must never show
+// more than N. A window ends where the next begins (they do not overlap).
+func (c *Checker) MostAtOnce(prefix string) (n int, at time.Time) {
+	type edge struct {
+		t     time.Time
+		delta int
+	}
+	var edges []edge
+	for _, w := range c.Windows() {
+		if strings.HasPrefix(w.Key, prefix) && w.Acquired.Before(w.End) {
+			edges = append(edges, edge{w.Acquired, 1}, edge{w.End, -1})
+		}
+	}
+	// Ends before starts at the same instant.
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].t.Equal(edges[j].t) {
+			return edges[i].t.Before(edges[j].t)
+		}
+		return edges[i].delta < edges[j].delta
+	})
+	open := 0
+	for _, e := range edges {
+		if open += e.delta; open > n {
+			n, at = open, e.t
+		}
+	}
+	return n, at
+}
+
 // Report is a multi-line summary: grants per holder and every overlap.
 func (c *Checker) Report() string {
 	var b strings.Builder

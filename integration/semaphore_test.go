@@ -1,0 +1,181 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// semaphores returns the semaphore name with permits permits of each
+// client.
+func semaphores(t *testing.T, clients []*redlock.Client, name string, permits int) []*redlock.Semaphore {
+	t.Helper()
+	sems := make([]*redlock.Semaphore, len(clients))
+	for i, c := range clients {
+		s, err := c.Semaphore(name, permits)
+		require.NoError(t, err)
+		sems[i] = s
+	}
+	return sems
+}
+
+// semContend has every worker (workers per semaphore, one per client)
+// Acquire a permit until d has passed; each hold lasts hold and is
+// recorded in chk under its slot's key (holder = worker index). It
+// returns the failed Acquires per worker. It does not touch t, so it may
+// run in a goroutine.
+func semContend(sems []*redlock.Semaphore, workers int, d, hold time.Duration, chk *checker.Checker) []int {
+	stop := time.Now().Add(d)
+	failed := make([]int, len(sems)*workers)
+	var wg sync.WaitGroup
+	for ci, s := range sems {
+		for g := range workers {
+			w := ci*workers + g
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					ctx, cancel := context.WithDeadline(context.Background(), stop)
+					l, err := s.Acquire(ctx)
+					cancel()
+					if err != nil {
+						failed[w]++
+						continue
+					}
+					h := chk.Begin(w, l.Key(), l.Token(), time.Now(), l.Until())
+					time.Sleep(hold)
+					h.End(time.Now())
+					_ = l.Unlock(context.Background())
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return failed
+}
+
+// TestSemaphoreNeverMoreThanPermits: nine workers on three clients share
+// a semaphore of three permits, on healthy nodes and with each of the
+// fault scenarios: never two holders of one slot, never more than three
+// holders at once, every worker served. A fault that costs a minority of
+// nodes costs the semaphore nothing of its safety.
+func TestSemaphoreNeverMoreThanPermits(t *testing.T) {
+	const (
+		permits = 3
+		ttl     = time.Second
+		hold    = 5 * time.Millisecond
+		run     = 2500 * time.Millisecond
+	)
+	faults := []struct {
+		name   string
+		inject func(t *testing.T) (undo func())
+	}{
+		{"healthy", func(*testing.T) func() { return func() {} }},
+		{"paused", func(t *testing.T) func() { return scPause(t, shared, 2) }},
+		{"blackholed", func(t *testing.T) func() { return scCut(t, shared, 1) }},
+		// Stopped for longer than the TTL, then started empty: a key it
+		// lost had expired everywhere by then.
+		{"killed-and-restarted", func(t *testing.T) func() { return scStop(t, shared, 4) }},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			p := prefix(t, 2*ttl+2*time.Second)
+			clients := scClients(t, 3, scOpts(ttl, 150*time.Millisecond)...)
+			var chk checker.Checker
+			done := make(chan []int, 1)
+			sems := semaphores(t, clients, p+"s", permits)
+			go func() { done <- semContend(sems, 3, run, hold, &chk) }()
+			t.Cleanup(func() { <-done }) // before the clients close, also on failure
+			time.Sleep(300 * time.Millisecond)
+			undo := f.inject(t)
+			time.Sleep(ttl + 300*time.Millisecond)
+			undo()
+			failed := <-done
+			done <- failed // for the cleanup
+
+			require.Empty(t, chk.Overlaps(), chk.Report())
+			most, at := chk.MostAtOnce(p + "s:permit:")
+			assert.LessOrEqual(t, most, permits, "%d holders at %v", most, at)
+			assert.GreaterOrEqual(t, most, 2, "the permits were never used together")
+			grants := chk.Grants()
+			for w := range 9 {
+				assert.Positive(t, grants[w], "worker %d was never served: %v", w, grants)
+			}
+			t.Logf("%s: grants per worker %v, at most %d at once, failed Acquires %v", f.name, grants, most, failed)
+		})
+	}
+}
+
+// TestSemaphoreDeadHolderFreesItsPermitAfterTTL: a holder that stops
+// without unlocking blocks its permit until its TTL, not longer.
+func TestSemaphoreDeadHolderFreesItsPermitAfterTTL(t *testing.T) {
+	const ttl = time.Second
+	p := prefix(t, 2*ttl+time.Second)
+	dead, live := client(t, redlock.WithTTL(ttl)), client(t, redlock.WithTTL(ttl))
+	ds, err := dead.Semaphore(p+"s", 2)
+	require.NoError(t, err)
+	ls, err := live.Semaphore(p+"s", 2)
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, err := ds.TryAcquire(ctx)
+	require.NoError(t, err)
+	b, err := ds.TryAcquire(ctx)
+	require.NoError(t, err)
+	// The dead holders are never unlocked.
+	_, err = ls.TryAcquire(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired, "both permits are held")
+
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := ls.Acquire(wctx)
+	require.NoError(t, err)
+	at := time.Now()
+	first := a.Until()
+	if b.Until().Before(first) {
+		first = b.Until()
+	}
+	assert.True(t, at.After(first), "granted %v before a dead holder's validity ended", first.Sub(at))
+	assert.Less(t, at.Sub(first), ttl, "granted %v after the first dead holder's validity ended", at.Sub(first))
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestSemaphoreClientsWithDifferentPermits: clients that use one name
+// with 2 and with 4 permits share slots 0 and 1; together they never
+// exceed 4 holders, and the 2-permit client uses only its two slots.
+func TestSemaphoreClientsWithDifferentPermits(t *testing.T) {
+	p := prefix(t, 3*time.Second)
+	small, big := client(t, scOpts(time.Second, 150*time.Millisecond)...), client(t, scOpts(time.Second, 150*time.Millisecond)...)
+	ss, err := small.Semaphore(p+"s", 2)
+	require.NoError(t, err)
+	bs, err := big.Semaphore(p+"s", 4)
+	require.NoError(t, err)
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for range 2 {
+		l, err := ss.TryAcquire(ctx)
+		require.NoError(t, err)
+		assert.Contains(t, []string{redlock.PermitKey(p+"s", 0), redlock.PermitKey(p+"s", 1)}, l.Key())
+		held = append(held, l)
+	}
+	_, err = ss.TryAcquire(ctx)
+	assert.ErrorIs(t, err, redlock.ErrNotAcquired, "the small client's slots are full")
+	for range 2 {
+		l, err := bs.TryAcquire(ctx)
+		require.NoError(t, err, "the big client has two slots free")
+		held = append(held, l)
+	}
+	_, err = bs.TryAcquire(ctx)
+	var qe *redlock.QuorumError
+	assert.True(t, errors.As(err, &qe) && errors.Is(err, redlock.ErrNotAcquired), "five holders: %v", err)
+	for _, l := range held {
+		require.NoError(t, l.Unlock(ctx))
+	}
+}

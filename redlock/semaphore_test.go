@@ -1,0 +1,197 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// keysOn returns how many keys a fake node holds now.
+func keysOn(f *fakeNode) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.keys)
+}
+
+// TestSemaphoreBadInput: bad arguments are ErrInvalid and write nothing;
+// a closed client is ErrClosed.
+func TestSemaphoreBadInput(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		permits int
+	}{{"", 2}, {"s", 0}, {"s", -1}} {
+		_, err := c.Semaphore(tc.name, tc.permits)
+		assert.ErrorIs(t, err, redlock.ErrInvalid, "%q with %d permits", tc.name, tc.permits)
+	}
+	s, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	assert.Equal(t, "s", s.Name())
+	assert.Equal(t, 2, s.Permits())
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		_, err = s.TryAcquire(ctx, redlock.WithTTL(ttl))
+		assert.ErrorIs(t, err, redlock.ErrInvalid)
+		_, err = s.Acquire(ctx, redlock.WithTTL(ttl))
+		assert.ErrorIs(t, err, redlock.ErrInvalid)
+	}
+	for _, f := range fakes {
+		assert.Zero(t, f.count("acquire"), "bad input sent nothing")
+		assert.Zero(t, keysOn(f))
+	}
+	require.NoError(t, c.Close())
+	_, err = c.Semaphore("s", 2)
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+	_, err = s.TryAcquire(ctx)
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+	_, err = s.Acquire(ctx)
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// TestSemaphoreAdmitsAtMostPermits: three permits are three holders on
+// three different slots; a fourth is refused with a QuorumError, and gets
+// in once one holder unlocks.
+func TestSemaphoreAdmitsAtMostPermits(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 3)
+	require.NoError(t, err)
+	held := map[string]*redlock.Lock{}
+	for range 3 {
+		l, err := s.TryAcquire(ctx)
+		require.NoError(t, err)
+		held[l.Key()] = l
+	}
+	assert.Len(t, held, 3, "each holder has its own slot")
+	for i := range 3 {
+		assert.Contains(t, held, redlock.PermitKey("s", i))
+	}
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	var qe *redlock.QuorumError
+	require.True(t, errors.As(err, &qe))
+	assert.Equal(t, 1, qe.Attempts)
+
+	l := held[redlock.PermitKey("s", 1)]
+	require.NoError(t, l.Unlock(ctx))
+	l2, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, redlock.PermitKey("s", 1), l2.Key(), "the freed slot")
+	delete(held, l.Key())
+	held[l2.Key()] = l2
+
+	// Extend works on a permit as on any lock.
+	require.NoError(t, l2.Extend(ctx, time.Minute))
+	for _, h := range held {
+		require.NoError(t, h.Unlock(ctx))
+	}
+	require.Eventually(t, func() bool {
+		for _, f := range fakes {
+			if keysOn(f) != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "keys left behind")
+}
+
+// TestSemaphoreAcquireWaitsForARelease: with every permit held, Acquire
+// waits (the retry delay is an hour) and is granted as soon as a holder
+// unlocks any slot.
+func TestSemaphoreAcquireWaitsForARelease(t *testing.T) {
+	ws, _, c := wakeSetup(t)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	a, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	b, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+
+	got := make(chan *redlock.Lock, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(ctx)
+		errc <- err
+		got <- l
+	}()
+	require.Eventually(t, func() bool {
+		return ws[0].watching(redlock.PermitKey("s", 0)) == 1 && ws[0].watching(redlock.PermitKey("s", 1)) == 1
+	}, 5*time.Second, time.Millisecond, "the waiter watches every slot")
+	time.Sleep(5 * time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("Acquire returned while both permits were held: %v", err)
+	default:
+	}
+	require.NoError(t, b.Unlock(ctx))
+	require.NoError(t, recvErr(t, errc, "Acquire after Unlock"))
+	l := <-got
+	assert.Equal(t, b.Key(), l.Key())
+	for _, w := range ws {
+		assert.Zero(t, w.watching(redlock.PermitKey("s", 0)), "a watch outlived its Acquire call")
+	}
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, a.Unlock(ctx))
+}
+
+// TestSemaphoreAcquireEndsWithItsContext: a waiting Acquire whose context
+// ends returns the last round's QuorumError with the context's error.
+func TestSemaphoreAcquireEndsWithItsContext(t *testing.T) {
+	_, _, c := wakeSetup(t)
+	s, err := c.Semaphore("s", 1)
+	require.NoError(t, err)
+	a, err := s.TryAcquire(context.Background())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, a.Unlock(context.Background()))
+}
+
+// TestSemaphoreWaitersOfOneClientInOrder: goroutines of one client take
+// permits in the order they started waiting.
+func TestSemaphoreWaitersOfOneClientInOrder(t *testing.T) {
+	ws, _, c := wakeSetup(t)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 1)
+	require.NoError(t, err)
+	holder, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	order := make(chan int, 3)
+	for i := range 3 {
+		go func() {
+			l, err := s.Acquire(ctx)
+			if err != nil {
+				order <- -1
+				return
+			}
+			order <- i
+			_ = l.Unlock(ctx)
+		}()
+		// The next one starts once this one waits: the first watches
+		// the slot, the later ones queue behind it.
+		if i == 0 {
+			require.Eventually(t, func() bool { return ws[0].watching(redlock.PermitKey("s", 0)) == 1 }, 5*time.Second, time.Millisecond)
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.NoError(t, holder.Unlock(ctx))
+	for want := range 3 {
+		select {
+		case got := <-order:
+			assert.Equal(t, want, got)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d never got the permit", want)
+		}
+	}
+}
