@@ -177,17 +177,22 @@ var (
 	_ node.Fencer    = (*redisNode)(nil)
 	_ node.Watcher   = (*redisNode)(nil)
 	_ node.Handoffer = (*redisNode)(nil)
+	_ node.Sharer    = (*redisNode)(nil)
 )
 
 // scripts are node.LuaScripts as go-redis scripts (same source, same
 // SHA1).
-var scripts = func() struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script } {
+var scripts = func() (out struct {
+	acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script
+	acquireShared, extendShared, releaseShared                                      *redis.Script
+}) {
 	s := node.LuaScripts()
-	return struct{ acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script }{
-		redis.NewScript(s.Acquire.Src), redis.NewScript(s.Extend.Src), redis.NewScript(s.Release.Src),
-		redis.NewScript(s.Inspect.Src), redis.NewScript(s.AcquireFenced.Src), redis.NewScript(s.ConfirmFence.Src),
-		redis.NewScript(s.Transfer.Src), redis.NewScript(s.Leave.Src),
-	}
+	out.acquire, out.extend, out.release = redis.NewScript(s.Acquire.Src), redis.NewScript(s.Extend.Src), redis.NewScript(s.Release.Src)
+	out.inspect, out.acquireFenced, out.confirmFence = redis.NewScript(s.Inspect.Src), redis.NewScript(s.AcquireFenced.Src), redis.NewScript(s.ConfirmFence.Src)
+	out.transfer, out.leave = redis.NewScript(s.Transfer.Src), redis.NewScript(s.Leave.Src)
+	out.acquireShared, out.extendShared = redis.NewScript(s.AcquireShared.Src), redis.NewScript(s.ExtendShared.Src)
+	out.releaseShared = redis.NewScript(s.ReleaseShared.Src)
+	return out
 }()
 
 // Addr returns the master's host:port, or "" when the client is not one
@@ -267,9 +272,36 @@ func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
 	return err
 }
 
-// Inspect runs inspect.lua: the key's token and PTTL in one atomic read.
+// AcquireShared runs acquire_shared.lua (see node.Sharer).
+func (n *redisNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+	reply, err := n.run(ctx, "acquire", scripts.acquireShared,
+		[]string{k.Name, node.WaitersKey(k.Name), node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
+	if err != nil {
+		return node.Result{}, err
+	}
+	res, err := node.ParseAcquire(reply)
+	return res, n.fail("acquire", err)
+}
+
+// ExtendShared runs extend_shared.lua (see node.Sharer).
+func (n *redisNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+	return n.status(ctx, "extend", scripts.extendShared, []string{k.Name, node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
+}
+
+// ReleaseShared runs release_shared.lua (see node.Sharer).
+func (n *redisNode) ReleaseShared(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+	flag := announceNo
+	if announce {
+		flag = announceYes
+	}
+	return n.status(ctx, "release", scripts.releaseShared,
+		[]string{k.Name, node.WaitersKey(k.Name), node.ReadersKey(k.Name)}, k.Token, flag)
+}
+
+// Inspect runs inspect.lua: the key's token, PTTL and readers in one
+// atomic read.
 func (n *redisNode) Inspect(ctx context.Context, key string) (node.Info, error) {
-	reply, err := n.run(ctx, "inspect", scripts.inspect, []string{key})
+	reply, err := n.run(ctx, "inspect", scripts.inspect, []string{key, node.ReadersKey(key)})
 	if err != nil {
 		return node.Info{}, err
 	}
@@ -415,7 +447,8 @@ func (n *redisNode) fits(keys []string) bool {
 var maxScript = func() int {
 	s := node.LuaScripts()
 	return max(len(s.Acquire.Src), len(s.Extend.Src), len(s.Release.Src), len(s.Inspect.Src),
-		len(s.AcquireFenced.Src), len(s.ConfirmFence.Src), len(s.Transfer.Src))
+		len(s.AcquireFenced.Src), len(s.ConfirmFence.Src), len(s.Transfer.Src), len(s.Leave.Src),
+		len(s.AcquireShared.Src), len(s.ExtendShared.Src), len(s.ReleaseShared.Src))
 }()
 
 // result is cmd's reply, a nil reply (redis.Nil) included.

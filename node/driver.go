@@ -37,7 +37,7 @@ type Scripts struct {
 	// Release: KEYS key, WaitersKey(key); ARGV token, "1" to hand on and
 	// announce or "0". Reply: ParseStatus.
 	Release Script
-	// Inspect: KEYS key. Reply: ParseInspect.
+	// Inspect: KEYS key, ReadersKey(key). Reply: ParseInspect.
 	Inspect Script
 	// AcquireFenced: KEYS key, FenceKey(key); ARGV token, ttl ms,
 	// counter TTL ms. Reply: ParseAcquire.
@@ -50,6 +50,15 @@ type Scripts struct {
 	Transfer Script
 	// Leave: KEYS key, WaitersKey(key); ARGV owner. Reply: 1.
 	Leave Script
+	// AcquireShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
+	// token, ttl ms. Reply: ParseAcquire.
+	AcquireShared Script
+	// ExtendShared: KEYS key, ReadersKey(key); ARGV token, ttl ms.
+	// Reply: ParseStatus.
+	ExtendShared Script
+	// ReleaseShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
+	// token, "1" to hand on and announce or "0". Reply: ParseStatus.
+	ReleaseShared Script
 }
 
 // LuaScripts returns the scripts a lock node runs. Run them by EVALSHA
@@ -61,11 +70,14 @@ var luaScripts = Scripts{
 	Acquire:       newLua(queueLua+acquireLua, 2),
 	Extend:        newLua(extendLua, 1),
 	Release:       newLua(queueLua+releaseLua, 2),
-	Inspect:       newLua(inspectLua, 1),
+	Inspect:       newLua(inspectLua, 2),
 	AcquireFenced: newLua(acquireFencedLua, 2),
 	ConfirmFence:  newLua(confirmFenceLua, 2),
 	Transfer:      newLua(queueLua+transferLua, 2),
 	Leave:         newLua(queueLua+leaveLua, 2),
+	AcquireShared: newLua(queueLua+sharedLua+acquireSharedLua, 3),
+	ExtendShared:  newLua(queueLua+sharedLua+extendSharedLua, 2),
+	ReleaseShared: newLua(queueLua+sharedLua+releaseSharedLua, 3),
 }
 
 func newLua(src string, keys int) Script {
@@ -147,7 +159,7 @@ func ParseStatus(reply any) (Result, error) {
 // ParseInspect reads the reply of Inspect.
 func ParseInspect(reply any) (Info, error) {
 	v, ok := reply.([]any)
-	if !ok || len(v) != 2 {
+	if !ok || len(v) != 3 {
 		return Info{}, unexpected(reply)
 	}
 	pttl, ok := asInt(v[1])
@@ -157,7 +169,11 @@ func ParseInspect(reply any) (Info, error) {
 	if pttl == -2 {
 		return Info{}, nil
 	}
-	return Info{Token: asString(v[0]), TTL: time.Duration(pttl) * time.Millisecond}, nil
+	readers, ok := asInt(v[2])
+	if !ok {
+		return Info{}, unexpected(reply)
+	}
+	return Info{Token: asString(v[0]), TTL: time.Duration(pttl) * time.Millisecond, Readers: int(readers)}, nil
 }
 
 // holderTTL converts a PTTL reply to Result.TTL: 0 when unknown (no

@@ -213,6 +213,9 @@ type Info struct {
 	// TTL is the key's remaining time to live as the node sees it; 0 when
 	// the key is absent, negative (-1 ms) when the key has no expiry.
 	TTL time.Duration
+	// Readers counts the live shared holds when the key is held shared
+	// (Token is SharedValue; see Sharer), 0 otherwise.
+	Readers int
 }
 
 // Inspector is a Node that can report a key's holder, for status displays
@@ -270,6 +273,36 @@ type Handoffer interface {
 	// reservation for it on to the next head: a waiter that gives up
 	// leaves nothing behind.
 	Leave(ctx context.Context, k Key) error
+}
+
+// SharedValue is the value of a lock key while readers hold it shared
+// (see Sharer). No token equals it, so an exclusive acquire, extend or
+// release never takes, lengthens or deletes it.
+const SharedValue = "!readers"
+
+// ReadersKey is the key of the readers of lock key: key + ":readers", a
+// hash of each reader's token and the end of its hold in the node's time.
+func ReadersKey(key string) string { return key + ":readers" }
+
+// Sharer is a Node that can hold a key shared: any number of readers at
+// once, and none while a writer (an exclusive holder, Acquire) holds it.
+// It is optional; a client asked for a shared lock requires it of every
+// node. While readers hold the key, its value is SharedValue and it lives
+// as long as the longest-lived of them; ReadersKey(key) lists them.
+type Sharer interface {
+	// AcquireShared adds k.Token to the key's readers for ttl: Done,
+	// also when it was a reader already (the same command run twice).
+	// Taken, with the wait in Result.TTL, when a writer holds the key,
+	// it is reserved for one, or a writer is queued for it (see
+	// Handoffer): a waiting writer stops new readers.
+	AcquireShared(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+	// ExtendShared makes k.Token's hold last at least ttl more, never
+	// shortening it: Done, Taken (a writer holds the key) or Absent.
+	ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+	// ReleaseShared ends k.Token's hold: Done, Taken or Absent. The last
+	// reader out frees the key as Release does, with announce: reserved
+	// for the head of its queue or deleted, and announced.
+	ReleaseShared(ctx context.Context, k Key, announce bool) (Result, error)
 }
 
 // FenceKey is the key of the fence counter of lock key: key + ":fence".

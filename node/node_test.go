@@ -258,12 +258,17 @@ func TestParseReplies(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, res.Status)
 	}
-	info, err := node.ParseInspect([]any{"tok", int64(900)})
+	info, err := node.ParseInspect([]any{"tok", int64(900), int64(0)})
 	require.NoError(t, err)
 	assert.Equal(t, node.Info{Token: "tok", TTL: 900 * time.Millisecond}, info)
-	info, err = node.ParseInspect([]any{nil, int64(-2)})
+	info, err = node.ParseInspect([]any{node.SharedValue, int64(900), int64(3)})
+	require.NoError(t, err)
+	assert.Equal(t, node.Info{Token: node.SharedValue, TTL: 900 * time.Millisecond, Readers: 3}, info)
+	info, err = node.ParseInspect([]any{nil, int64(-2), int64(0)})
 	require.NoError(t, err)
 	assert.Equal(t, node.Info{}, info)
+	_, err = node.ParseInspect([]any{"tok", int64(900)})
+	require.ErrorIs(t, err, node.ErrProtocol, "the readers are missing")
 
 	for _, bad := range []any{"QUEUED", []any{"OK", int64(0)}, []any{"OK"}, nil} {
 		_, err := node.ParseAcquire(bad)

@@ -84,6 +84,14 @@ var (
 	queueLua string
 	//go:embed scripts/leave.lua
 	leaveLua string
+	//go:embed scripts/shared.lua
+	sharedLua string
+	//go:embed scripts/acquire_shared.lua
+	acquireSharedLua string
+	//go:embed scripts/extend_shared.lua
+	extendSharedLua string
+	//go:embed scripts/release_shared.lua
+	releaseSharedLua string
 
 	acquireScript = boxed(luaScripts.Acquire)
 	extendScript  = boxed(luaScripts.Extend)
@@ -94,6 +102,10 @@ var (
 	confirmFenceScript  = boxed(luaScripts.ConfirmFence)
 	transferScript      = boxed(luaScripts.Transfer)
 	leaveScript         = boxed(luaScripts.Leave)
+
+	acquireSharedScript = boxed(luaScripts.AcquireShared)
+	extendSharedScript  = boxed(luaScripts.ExtendShared)
+	releaseSharedScript = boxed(luaScripts.ReleaseShared)
 
 	waiterLeaseMS = WaiterLease.Milliseconds()
 )
@@ -142,6 +154,7 @@ var (
 	_ Fencer    = (*Redis)(nil)
 	_ Watcher   = (*Redis)(nil)
 	_ Handoffer = (*Redis)(nil)
+	_ Sharer    = (*Redis)(nil)
 	_ io.Closer = (*Redis)(nil)
 
 	_ LateAnswerer = (*Redis)(nil)
@@ -384,9 +397,43 @@ func (r *Redis) Leave(ctx context.Context, k Key) error {
 	return err
 }
 
+// AcquireShared runs acquire_shared.lua (see Sharer).
+func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
+	reply, err := r.evalKeys(ctx, "acquire", acquireSharedScript, 3, k.Name, WaitersKey(k.Name), ReadersKey(k.Name), k.Token, ttl.Milliseconds())
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseAcquire(reply)
+	return res, r.fail("acquire", err)
+}
+
+// ExtendShared runs extend_shared.lua (see Sharer).
+func (r *Redis) ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
+	reply, err := r.evalKeys(ctx, "extend", extendSharedScript, 2, k.Name, ReadersKey(k.Name), k.Token, ttl.Milliseconds())
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("extend", err)
+}
+
+// ReleaseShared runs release_shared.lua (see Sharer).
+func (r *Redis) ReleaseShared(ctx context.Context, k Key, announce bool) (Result, error) {
+	flag := announceNo
+	if announce {
+		flag = announceYes
+	}
+	reply, err := r.evalKeys(ctx, "release", releaseSharedScript, 3, k.Name, WaitersKey(k.Name), ReadersKey(k.Name), k.Token, flag)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("release", err)
+}
+
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
-	reply, err := r.evalKeys(ctx, "inspect", inspectScript, 1, key)
+	reply, err := r.evalKeys(ctx, "inspect", inspectScript, 2, key, ReadersKey(key))
 	if err != nil {
 		return Info{}, err
 	}

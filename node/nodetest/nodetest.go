@@ -119,6 +119,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Fence", func(t *testing.T) { testFence(t, f) })
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
+	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
 }
 
@@ -978,6 +979,84 @@ func testQueue(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
 	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "a release with no one queued deletes the key")
+}
+
+// testShared checks node.Sharer: readers together, never with a writer,
+// a waiting writer stops new readers, the last reader out hands the key
+// to the waiting writer, lapsed readers stop blocking, nothing is left.
+func testShared(t *testing.T, f Factory) {
+	e := start(t, f)
+	sh, ok := e.n.(node.Sharer)
+	if !ok {
+		t.Skip("the node is not a node.Sharer")
+	}
+	name := "lk:shared"
+	rk, wk := node.ReadersKey(name), node.WaitersKey(name)
+	key := func(tok, owner string) node.Key { return node.Key{Name: name, Token: tok, Owner: owner} }
+	r1, r2, w := key("tok-r1", "a"), key("tok-r2", "b"), key("tok-w", "c")
+
+	// Readers together; a writer's plain acquire, extend and release
+	// touch nothing.
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute))(node.Done, "r1 reads")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, 2*time.Minute))(node.Done, "r2 reads too")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, 2*time.Minute))(node.Done, "the same command twice")
+	assert.Equal(t, node.SharedValue, e.get(name))
+	assert.InDelta(t, 2*time.Minute, e.pttl(name), float64(5*time.Second), "the marker lives as long as the last reader")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-w0", ""), time.Minute, false))(node.Taken, "a plain acquire")
+	e.resultOf(e.n.Extend(e.ctx, key("tok-w0", ""), time.Hour))(node.Taken, "a writer's extend")
+	e.resultOf(e.n.Release(e.ctx, key("tok-w0", ""), true))(node.Taken, "a writer's release")
+	assert.Equal(t, node.SharedValue, e.get(name))
+	if in, ok := e.n.(node.Inspector); ok {
+		info, err := in.Inspect(e.ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, node.SharedValue, info.Token)
+		assert.Equal(t, 2, info.Readers)
+	}
+
+	// A writer that waits (queued) keeps new readers out, not the ones
+	// in; extend works for a reader in, never shortening.
+	res := e.resultOf(e.n.Acquire(e.ctx, w, time.Minute, true))(node.Taken, "the writer waits")
+	assert.InDelta(t, 2*time.Minute, res.TTL, float64(5*time.Second), "for the readers' marker")
+	res = e.resultOf(sh.AcquireShared(e.ctx, key("tok-r3", "d"), time.Minute))(node.Taken, "a new reader behind a waiting writer")
+	assert.Positive(t, res.TTL)
+	e.resultOf(sh.ExtendShared(e.ctx, r1, 3*time.Minute))(node.Done, "r1 extends")
+	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second))
+	e.resultOf(sh.ExtendShared(e.ctx, r1, time.Second))(node.Done, "a shorter extend")
+	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second), "is not a shorter hold")
+	e.resultOf(sh.ExtendShared(e.ctx, key("tok-x", ""), time.Minute))(node.Absent, "a token that is no reader")
+
+	// The last reader out hands the key to the waiting writer, by name.
+	sub := redistest.Dial(t, "redis://"+e.addr)
+	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(name))
+	require.NoError(t, err)
+	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Done, "r1 leaves")
+	assert.Equal(t, node.SharedValue, e.get(name), "r2 still reads")
+	assert.InDelta(t, 2*time.Minute, e.pttl(name), float64(5*time.Second), "the marker now lasts as long as r2")
+	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Absent, "r1 again")
+	e.resultOf(sh.ReleaseShared(e.ctx, r2, true))(node.Done, "r2 leaves, the last")
+	assert.Equal(t, "~c", e.get(name), "reserved for the waiting writer")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "no readers left")
+	msg := receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, "c", string(msg[2].([]byte)), "the release names the writer")
+	e.resultOf(e.n.Acquire(e.ctx, w, time.Minute, true))(node.Done, "the writer takes it")
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute))(node.Taken, "no reader while a writer holds")
+	e.resultOf(sh.ExtendShared(e.ctx, r1, time.Minute))(node.Taken, "nor extends")
+	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Taken, "nor releases")
+	e.resultOf(e.n.Release(e.ctx, w, true))(node.Done, "the writer releases")
+	assert.Equal(t, int64(0), e.do("EXISTS", name))
+
+	// A reader whose hold lapses stops blocking a writer; a rollback of
+	// the last reader frees the key quietly.
+	e.resultOf(sh.AcquireShared(e.ctx, r1, 200*time.Millisecond))(node.Done, "r1 reads briefly")
+	time.Sleep(300 * time.Millisecond)
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-w2", ""), time.Minute, false))(node.Done, "a writer once r1's hold has lapsed")
+	e.resultOf(e.n.Release(e.ctx, key("tok-w2", ""), false))(node.Done, "")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute))(node.Done, "r2 reads")
+	e.resultOf(sh.ReleaseShared(e.ctx, r2, false))(node.Done, "r2's rollback")
+	for _, k := range []string{name, rk, wk} {
+		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
+	}
 }
 
 // serverMicros is the server's TIME in microseconds.

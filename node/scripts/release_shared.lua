@@ -1,0 +1,36 @@
+-- release_shared.lua: end a reader's hold. (queue.lua and shared.lua are
+-- prepended.)
+-- KEYS[1]  the lock key
+-- KEYS[2]  its waiters (node.WaitersKey)
+-- KEYS[3]  its readers (node.ReadersKey)
+-- ARGV[1]  the reader's token
+-- ARGV[2]  "1" for an Unlock, "0" for a rollback, as release.lua
+-- Returns  1 released, 0 a writer holds the key, -1 the token held nothing
+--          here.
+-- The last reader out frees the key as release.lua does: for an Unlock
+-- it hands it to the head of the queue (a waiting writer) or deletes it
+-- and announces that; a rollback deletes it quietly. Otherwise the marker
+-- lives on for the remaining readers, as long as the last of them.
+local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local v = redis.call("GET", key)
+if v ~= MARKER then
+  if v then
+    return 0
+  end
+  return -1
+end
+local now = now_ms()
+local mine = tonumber(redis.call("HGET", rk, token) or "0")
+local last = readers_last(rk, now, token)
+if last > 0 then
+  redis.call("SET", key, MARKER, "PX", last - now)
+elseif ARGV[2] == "1" then
+  redis.call("DEL", rk)
+  hand_on(key, wk, nil)
+else
+  redis.call("DEL", rk, key)
+end
+if mine > now then
+  return 1
+end
+return -1

@@ -1,0 +1,25 @@
+-- shared.lua: the readers of a key held shared (RLock), prepended after
+-- queue.lua to acquire_shared, extend_shared and release_shared.
+-- While readers hold it, the lock key (KEYS[1]) holds the marker
+-- "!readers" (node.SharedValue), which no token equals, so a writer's
+-- SET NX, extend and release never take, lengthen or delete it; it lives
+-- as long as its longest-lived reader. KEYS[3] (node.ReadersKey) is a
+-- hash: per reader token, the end of its hold in the node's milliseconds
+-- (TIME).
+local MARKER = "!readers"
+
+-- readers_last drops lapsed readers (and skip) and returns the latest
+-- end among the others, 0 when none is left.
+local function readers_last(rk, now, skip)
+  local all = redis.call("HGETALL", rk)
+  local last = 0
+  for i = 1, #all, 2 do
+    local e = tonumber(all[i + 1]) or 0
+    if all[i] == skip or e <= now then
+      redis.call("HDEL", rk, all[i])
+    elseif e > last then
+      last = e
+    end
+  end
+  return last
+end
