@@ -39,6 +39,7 @@ import (
 type chain struct {
 	c          *Client
 	k          node.Key
+	shared     bool          // a read hold: commands go to node.Sharer
 	timeout    time.Duration // the node timeout: the round's deadline, and that of a node call unless its node is slow
 	maxTimeout time.Duration // the longest a slow node's call may take (see rto.go)
 	tail       []step        // the last round's command on each node; nil before the first; owned by the issuer
@@ -294,6 +295,9 @@ func (r *round) timed(i int, prev *step) (node.Result, time.Duration, error) {
 // previous command there, returned (nil for the first).
 func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) {
 	n, k := r.ch.c.nodes[i], r.ch.k
+	if r.ch.shared {
+		return r.doShared(ctx, n.(node.Sharer), k)
+	}
 	switch cmd := &r.cmd; cmd.op {
 	case "acquire":
 		if cmd.fenced {
@@ -311,6 +315,18 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 	default: // "release"
 		return n.Release(ctx, k, cmd.announce)
 	}
+}
+
+// doShared is do for a read hold (see RLock): its acquire (and reseed),
+// extend and release are node.Sharer's.
+func (r *round) doShared(ctx context.Context, n node.Sharer, k node.Key) (node.Result, error) {
+	switch r.cmd.op {
+	case "acquire", "reseed":
+		return n.AcquireShared(ctx, k, r.cmd.ttl)
+	case "extend":
+		return n.ExtendShared(ctx, k, r.cmd.ttl)
+	}
+	return n.ReleaseShared(ctx, k, r.cmd.announce) // "release": a read hold has no confirm or transfer
 }
 
 // passes reports whether the round's command on a node whose previous

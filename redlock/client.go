@@ -287,7 +287,8 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 	if cfg.maxWait > 0 {
 		giveUp = start.Add(cfg.maxWait)
 	}
-	if once {
+	if once || cfg.shared {
+		// TryLock, and readers: they neither queue nor take turns.
 		l, attempts, err = c.retry(ctx, key, cfg, false, giveUp)
 	} else {
 		l, attempts, err = c.wait(ctx, key, cfg, giveUp)
@@ -344,9 +345,11 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if attempt > 1 {
+		if attempt > 1 && !cfg.shared {
 			// Waiting attempts registered this client as a waiter; a
 			// node that set the key dropped the registration itself.
+			// (A reader never queues; the client's tag there is a
+			// writer's.)
 			c.leaveWaiters(key, l)
 		}
 	}()

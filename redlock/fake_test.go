@@ -35,6 +35,9 @@ type fakeNode struct {
 	// per-key count of fenced grants, an INCR counter for comparison.
 	fences map[string]int64
 	naive  map[string]int64
+	// readers models node.Sharer: per key, each reader's end of hold;
+	// the key itself holds node.SharedValue until the last of them.
+	readers map[string]map[string]time.Time
 	skew   time.Duration // added to the fake clock for the time seed
 }
 
@@ -114,7 +117,7 @@ func newFakes(n int, clk *clock.Fake) []*fakeNode {
 	out := make([]*fakeNode, n)
 	for i := range out {
 		out[i] = &fakeNode{addr: fmt.Sprintf("fake%d:6379", i), clk: clk, keys: map[string]entry{}, calls: map[string]int{},
-			fences: map[string]int64{}, naive: map[string]int64{}}
+			fences: map[string]int64{}, naive: map[string]int64{}, readers: map[string]map[string]time.Time{}}
 	}
 	return out
 }
@@ -281,6 +284,118 @@ func (f *fakeNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, co
 	}
 	f.fences[k.Name] = max(f.fences[k.Name], fence)
 	return node.Result{Status: node.Done}, nil
+}
+
+// AcquireShared is acquire_shared.lua on the fake, without the queue.
+func (f *fakeNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+	if err := f.hook(ctx, "acquire"); err != nil {
+		return node.Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clk.Now()
+	e, ok := f.get(k.Name)
+	if ok && e.token != node.SharedValue {
+		return node.Result{Status: node.Taken, TTL: e.until.Sub(now)}, nil
+	}
+	rs := f.liveReaders(k.Name)
+	rs[k.Token] = now.Add(ttl)
+	f.setMarker(k.Name)
+	return node.Result{Status: node.Done}, nil
+}
+
+// ExtendShared is extend_shared.lua on the fake.
+func (f *fakeNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+	if err := f.hook(ctx, "extend"); err != nil {
+		return node.Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.get(k.Name); !ok || e.token != node.SharedValue {
+		if ok {
+			return node.Result{Status: node.Taken}, nil
+		}
+		return node.Result{Status: node.Absent}, nil
+	}
+	rs := f.liveReaders(k.Name)
+	end, ok := rs[k.Token]
+	if !ok {
+		return node.Result{Status: node.Absent}, nil
+	}
+	if until := f.clk.Now().Add(ttl); until.After(end) {
+		rs[k.Token] = until
+	}
+	f.setMarker(k.Name)
+	return node.Result{Status: node.Done}, nil
+}
+
+// ReleaseShared is release_shared.lua on the fake, without the queue.
+func (f *fakeNode) ReleaseShared(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+	if err := f.hook(ctx, "release"); err != nil {
+		return node.Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.get(k.Name); !ok || e.token != node.SharedValue {
+		if ok {
+			return node.Result{Status: node.Taken}, nil
+		}
+		return node.Result{Status: node.Absent}, nil
+	}
+	rs := f.liveReaders(k.Name)
+	_, mine := rs[k.Token]
+	delete(rs, k.Token)
+	if len(rs) > 0 {
+		f.setMarker(k.Name)
+	} else {
+		delete(f.keys, k.Name)
+		delete(f.readers, k.Name)
+		if announce && f.announce != nil {
+			f.announce(k.Name)
+		}
+	}
+	if !mine {
+		return node.Result{Status: node.Absent}, nil
+	}
+	return node.Result{Status: node.Done}, nil
+}
+
+// liveReaders returns key's readers whose hold has not ended (f.mu held).
+func (f *fakeNode) liveReaders(key string) map[string]time.Time {
+	rs := f.readers[key]
+	if rs == nil {
+		rs = map[string]time.Time{}
+		f.readers[key] = rs
+	}
+	now := f.clk.Now()
+	for tok, end := range rs {
+		if !now.Before(end) {
+			delete(rs, tok)
+		}
+	}
+	return rs
+}
+
+// setMarker sets key to the readers' marker until the last reader's end
+// (f.mu held).
+func (f *fakeNode) setMarker(key string) {
+	var last time.Time
+	for _, end := range f.readers[key] {
+		if end.After(last) {
+			last = end
+		}
+	}
+	f.keys[key] = entry{token: node.SharedValue, until: last}
+}
+
+// readerCount returns how many live readers key has on the node.
+func (f *fakeNode) readerCount(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.get(key); !ok || e.token != node.SharedValue {
+		return 0
+	}
+	return len(f.liveReaders(key))
 }
 
 // restart drops key and its counters from the node, as a restart

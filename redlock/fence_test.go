@@ -294,7 +294,8 @@ func TestFenceOnlyWhenAsked(t *testing.T) {
 	assert.Zero(t, nilLock.Fence())
 }
 
-// plainNode is a node.Node that is not a node.Fencer.
+// plainNode is a node.Node and nothing more: not a node.Fencer, nor a
+// node.Sharer.
 type plainNode struct{ node.Node }
 
 func TestFenceNeedsFencers(t *testing.T) {

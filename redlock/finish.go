@@ -140,7 +140,12 @@ func (c *Client) finishReleases(i int) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
-		_, err := nd.Release(ctx, r.k, r.announce)
+		var err error
+		if r.ch.shared {
+			_, err = nd.(node.Sharer).ReleaseShared(ctx, r.k, r.announce)
+		} else {
+			_, err = nd.Release(ctx, r.k, r.announce)
+		}
 		cancel()
 		if ok {
 			c.record(i, gen, err)

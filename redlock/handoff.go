@@ -107,7 +107,7 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
 		return nil, nil
 	}
-	if q.chain >= maxChain || expired || l.fence != 0 || ctx.Err() != nil {
+	if q.chain >= maxChain || expired || l.fence != 0 || l.ch.shared || ctx.Err() != nil {
 		q.chain = 0
 		return nil, q.head
 	}

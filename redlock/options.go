@@ -34,6 +34,7 @@ type config struct {
 	breaker     Breaker
 	quiet       bool // release notifications off
 	fenced      bool // fencing tokens on
+	shared      bool // a read hold (RLock): node.Sharer's commands
 	// only names the last option applied that configures a client as a
 	// whole; a Lock, TryLock or Do call refuses such an option.
 	only string

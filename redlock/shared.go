@@ -1,0 +1,73 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/quorumlock/redlock/node"
+)
+
+// RLock takes key shared, as one of its readers: any number of RLock
+// holders at once, none while a Lock holds the key. It waits as Lock
+// does (retries, release notifications, WithMaxWait, ctx) until it holds
+// the key. A writer waiting in Lock for the key stops new readers (the
+// readers already in keep their holds), so a stream of readers cannot
+// starve it; a writer that gives up, and TryLock, which never waits,
+// stop no one. Readers do not take turns: they all go in when the key is
+// free of writers.
+//
+// The Lock returned is a read hold: Unlock, Extend, KeepAlive, TTL,
+// Until, Token and Key mean what they mean for a Lock; the last reader's
+// Unlock hands the key to a waiting writer. Fencing orders writers: a
+// read hold has no fence (Fence is 0, also on a client that fences by
+// default), and WithFencing passed to RLock is ErrInvalid. Every node
+// must be a node.Sharer (the redigo and go-redis nodes are); otherwise
+// ErrInvalid.
+//
+// Safety: a reader holds the key on a node while the key there holds
+// the marker node.SharedValue and the reader's hold has not ended; a
+// writer while the key holds its token. A key holds one value, so a
+// node counts for a reader or for a writer, never both, and any two
+// majorities share a node: a reader's majority and a writer's majority
+// never hold at the same time (within the validity, as for Lock).
+func (c *Client) RLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := c.sharedConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.lock(ctx, c.cfg.prefix+key, &cfg, false)
+}
+
+// TryRLock makes exactly one attempt to take key shared (see RLock): it
+// returns a read hold, or an error wrapping ErrNotAcquired (a
+// *QuorumError) when a writer holds or awaits the key on too many nodes.
+func (c *Client) TryRLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := c.sharedConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.retry = NoRetry()
+	return c.lock(ctx, c.cfg.prefix+key, &cfg, true)
+}
+
+// sharedConfig is lockConfig for a read hold.
+func (c *Client) sharedConfig(key string, opts []Option) (config, error) {
+	cfg, err := c.lockConfig(key, opts)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.fenced && !c.cfg.fenced {
+		return cfg, fmt.Errorf("%w: fencing is for exclusive locks, not RLock", ErrInvalid)
+	}
+	cfg.fenced = false // a client's default: a read hold is never fenced
+	for i, nd := range c.nodes {
+		if _, ok := nd.(node.Sharer); !ok {
+			return cfg, fmt.Errorf("%w: a shared lock asked for, and node[%d] (%s) cannot hold one", ErrInvalid, i, nd.Addr())
+		}
+	}
+	cfg.shared = true
+	return cfg, nil
+}
+
+// Shared reports whether l is a read hold (RLock, TryRLock).
+func (l *Lock) Shared() bool { return l != nil && l.ch.shared }
