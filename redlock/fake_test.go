@@ -38,7 +38,7 @@ type fakeNode struct {
 	// readers models node.Sharer: per key, each reader's end of hold;
 	// the key itself holds node.SharedValue until the last of them.
 	readers map[string]map[string]time.Time
-	skew   time.Duration // added to the fake clock for the time seed
+	skew    time.Duration // added to the fake clock for the time seed
 }
 
 // watchingNode is a fakeNode that offers node.Watcher: watches are ready
