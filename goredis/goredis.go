@@ -273,9 +273,14 @@ func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
 }
 
 // AcquireShared runs acquire_shared.lua (see node.Sharer).
-func (n *redisNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (n *redisNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration, wait bool) (node.Result, error) {
+	owner := ""
+	if wait {
+		owner = k.Owner
+	}
 	reply, err := n.run(ctx, "acquire", scripts.acquireShared,
-		[]string{k.Name, node.WaitersKey(k.Name), node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
+		[]string{k.Name, node.WaitersKey(k.Name), node.ReadersKey(k.Name)},
+		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
 	if err != nil {
 		return node.Result{}, err
 	}

@@ -51,7 +51,8 @@ type Scripts struct {
 	// Leave: KEYS key, WaitersKey(key); ARGV owner. Reply: 1.
 	Leave Script
 	// AcquireShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
-	// token, ttl ms. Reply: ParseAcquire.
+	// token, ttl ms, owner ("": do not queue), WaiterLease ms, ticket.
+	// Reply: ParseAcquire.
 	AcquireShared Script
 	// ExtendShared: KEYS key, ReadersKey(key); ARGV token, ttl ms.
 	// Reply: ParseStatus.

@@ -293,9 +293,15 @@ type Sharer interface {
 	// AcquireShared adds k.Token to the key's readers for ttl: Done,
 	// also when it was a reader already (the same command run twice).
 	// Taken, with the wait in Result.TTL, when a writer holds the key,
-	// it is reserved for one, or a writer is queued for it (see
-	// Handoffer): a waiting writer stops new readers.
-	AcquireShared(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+	// it is reserved for one, or a live writer is queued for it before
+	// the reader (see Handoffer): a waiting writer stops new readers.
+	// With wait, a reader that is not let in queues as k.Owner (which
+	// must start with "r": the queue tells readers by it) with
+	// k.Ticket, as a waiting Acquire does, and gets its ticket in
+	// Result.Ticket; the readers queued before the first writer go in
+	// together when the key is free, and a writer queued after them
+	// waits for them.
+	AcquireShared(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error)
 	// ExtendShared makes k.Token's hold last at least ttl more, never
 	// shortening it: Done, Taken (a writer holds the key) or Absent.
 	ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error)

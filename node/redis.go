@@ -398,8 +398,13 @@ func (r *Redis) Leave(ctx context.Context, k Key) error {
 }
 
 // AcquireShared runs acquire_shared.lua (see Sharer).
-func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "acquire", acquireSharedScript, 3, k.Name, WaitersKey(k.Name), ReadersKey(k.Name), k.Token, ttl.Milliseconds())
+func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error) {
+	owner := ""
+	if wait {
+		owner = k.Owner
+	}
+	reply, err := r.evalKeys(ctx, "acquire", acquireSharedScript, 3, k.Name, WaitersKey(k.Name), ReadersKey(k.Name),
+		k.Token, ttl.Milliseconds(), owner, waiterLeaseMS, k.Ticket)
 	if err != nil {
 		return Result{}, err
 	}

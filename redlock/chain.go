@@ -322,7 +322,7 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 func (r *round) doShared(ctx context.Context, n node.Sharer, k node.Key) (node.Result, error) {
 	switch r.cmd.op {
 	case "acquire", "reseed":
-		return n.AcquireShared(ctx, k, r.cmd.ttl)
+		return n.AcquireShared(ctx, k, r.cmd.ttl, r.cmd.wait)
 	case "extend":
 		return n.ExtendShared(ctx, k, r.cmd.ttl)
 	}

@@ -345,12 +345,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if attempt > 1 && !cfg.shared {
+		if attempt > 1 {
 			// Waiting attempts registered this client as a waiter; a
 			// node that set the key dropped the registration itself.
-			// (A reader never queues; the client's tag there is a
-			// writer's.)
-			c.leaveWaiters(key, l)
+			c.leaveWaiters(key, cfg.shared, l)
 		}
 	}()
 	for attempt = 1; ; attempt++ {
@@ -607,6 +605,9 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	// of a failed attempt then can never delete the keys of a later one.
 	k := node.NewKey(key, newToken())
 	k.Owner = c.tag
+	if cfg.shared {
+		k.Owner = readerTag(c.tag)
+	}
 	k.Ticket = ticket
 	l := newLock(c, k, cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})

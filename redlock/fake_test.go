@@ -287,7 +287,7 @@ func (f *fakeNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, co
 }
 
 // AcquireShared is acquire_shared.lua on the fake, without the queue.
-func (f *fakeNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (f *fakeNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration, _ bool) (node.Result, error) {
 	if err := f.hook(ctx, "acquire"); err != nil {
 		return node.Result{}, err
 	}

@@ -259,11 +259,14 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 // did not set the key when it got the lock (that acquire dropped the
 // registration where it did). A waiting acquire still on its way may
 // register again after it; that registration lapses with its lease.
-func (c *Client) leaveWaiters(key string, l *Lock) {
+func (c *Client) leaveWaiters(key string, shared bool, l *Lock) {
 	if !c.handoff {
 		return
 	}
 	k := node.Key{Name: key, Owner: c.tag}
+	if shared {
+		k.Owner = readerTag(c.tag)
+	}
 	for i, n := range c.nodes {
 		if l != nil && l.ch.setHere(i) {
 			continue

@@ -10,11 +10,13 @@ import (
 // RLock takes key shared, as one of its readers: any number of RLock
 // holders at once, none while a Lock holds the key. It waits as Lock
 // does (retries, release notifications, WithMaxWait, ctx) until it holds
-// the key. A writer waiting in Lock for the key stops new readers (the
-// readers already in keep their holds), so a stream of readers cannot
-// starve it; a writer that gives up, and TryLock, which never waits,
-// stop no one. Readers do not take turns: they all go in when the key is
-// free of writers.
+// the key. Waiting readers and writers queue on the nodes together and
+// take turns in the order they came: a writer waiting in Lock stops the
+// readers that come after it (those already in keep their holds), so a
+// stream of readers cannot starve it, and the readers queued before it
+// go in first, so a stream of writers cannot starve them; the readers
+// between two writers go in together. A writer that gives up, and
+// TryLock, which never waits, stop no one.
 //
 // The Lock returned is a read hold: Unlock, Extend, KeepAlive, TTL,
 // Until, Token and Key mean what they mean for a Lock; the last reader's
@@ -68,6 +70,12 @@ func (c *Client) sharedConfig(key string, opts []Option) (config, error) {
 	cfg.shared = true
 	return cfg, nil
 }
+
+// readerTag is the tag under which the waiting readers of the client
+// tagged tag queue on the nodes: apart from its writers, so that a
+// reader and a writer of one client each have a place, and marked as
+// readers (client tags are hex).
+func readerTag(tag string) string { return "r" + tag }
 
 // Shared reports whether l is a read hold (RLock, TryRLock).
 func (l *Lock) Shared() bool { return l != nil && l.ch.shared }

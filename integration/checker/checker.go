@@ -26,6 +26,9 @@ type Window struct {
 	Token    string // the lock's token
 	Acquired time.Time
 	End      time.Time // min(Until, start of Unlock)
+	// Shared marks a read hold (RLock): it may overlap other read holds
+	// of the key, never a write hold.
+	Shared bool
 }
 
 // Overlap is two windows of different holders that intersect.
@@ -66,6 +69,13 @@ func (c *Checker) Begin(holder int, key, token string, acquired, until time.Time
 	return &Hold{c: c, w: Window{Holder: holder, Key: key, Token: token, Acquired: acquired, End: until}}
 }
 
+// BeginShared is Begin for a read hold (RLock).
+func (c *Checker) BeginShared(holder int, key, token string, acquired, until time.Time) *Hold {
+	h := c.Begin(holder, key, token, acquired, until)
+	h.w.Shared = true
+	return h
+}
+
 // Extend moves the end of the window to a new Until().
 func (h *Hold) Extend(until time.Time) { h.w.End = until }
 
@@ -104,8 +114,8 @@ func (c *Checker) Grants() map[int]int {
 	return out
 }
 
-// Overlaps returns every pair of windows of different holders on the same
-// key that intersect, sorted by key and start.
+// Overlaps returns every pair of windows of different holds on the same
+// key that intersect, but for two read holds, sorted by key and start.
 func (c *Checker) Overlaps() []Overlap {
 	byKey := map[string][]Window{}
 	for _, w := range c.Windows() {
@@ -118,7 +128,7 @@ func (c *Checker) Overlaps() []Overlap {
 		// it ends.
 		for i := range ws {
 			for j := i + 1; j < len(ws) && ws[j].Acquired.Before(ws[i].End); j++ {
-				if ws[i].Holder == ws[j].Holder && ws[i].Token == ws[j].Token {
+				if ws[i].Holder == ws[j].Holder && ws[i].Token == ws[j].Token || ws[i].Shared && ws[j].Shared {
 					continue
 				}
 				end := ws[i].End

@@ -22,3 +22,19 @@ func TestMostAtOnce(t *testing.T) {
 		t.Fatalf("no windows: %d", n)
 	}
 }
+
+func TestOverlapsOfReadAndWriteHolds(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var c Checker
+	c.Record(Window{Holder: 0, Key: "k", Token: "r0", Acquired: at(0), End: at(10), Shared: true})
+	c.Record(Window{Holder: 1, Key: "k", Token: "r1", Acquired: at(5), End: at(15), Shared: true})
+	if o := c.Overlaps(); len(o) != 0 {
+		t.Fatalf("two readers reported: %v", o)
+	}
+	c.Record(Window{Holder: 2, Key: "k", Token: "w", Acquired: at(12), End: at(20)})
+	o := c.Overlaps()
+	if len(o) != 1 || o[0].A.Token != "r1" || o[0].B.Token != "w" || o[0].By != 3*time.Millisecond {
+		t.Fatalf("a writer within a read hold: %v", o)
+	}
+}

@@ -997,9 +997,9 @@ func testShared(t *testing.T, f Factory) {
 
 	// Readers together; a writer's plain acquire, extend and release
 	// touch nothing.
-	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute))(node.Done, "r1 reads")
-	e.resultOf(sh.AcquireShared(e.ctx, r2, 2*time.Minute))(node.Done, "r2 reads too")
-	e.resultOf(sh.AcquireShared(e.ctx, r2, 2*time.Minute))(node.Done, "the same command twice")
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "r1 reads")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, 2*time.Minute, false))(node.Done, "r2 reads too")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, 2*time.Minute, false))(node.Done, "the same command twice")
 	assert.Equal(t, node.SharedValue, e.get(name))
 	assert.InDelta(t, 2*time.Minute, e.pttl(name), float64(5*time.Second), "the marker lives as long as the last reader")
 	e.resultOf(e.n.Acquire(e.ctx, key("tok-w0", ""), time.Minute, false))(node.Taken, "a plain acquire")
@@ -1017,7 +1017,7 @@ func testShared(t *testing.T, f Factory) {
 	// in; extend works for a reader in, never shortening.
 	res := e.resultOf(e.n.Acquire(e.ctx, w, time.Minute, true))(node.Taken, "the writer waits")
 	assert.InDelta(t, 2*time.Minute, res.TTL, float64(5*time.Second), "for the readers' marker")
-	res = e.resultOf(sh.AcquireShared(e.ctx, key("tok-r3", "d"), time.Minute))(node.Taken, "a new reader behind a waiting writer")
+	res = e.resultOf(sh.AcquireShared(e.ctx, key("tok-r3", "d"), time.Minute, false))(node.Taken, "a new reader behind a waiting writer")
 	assert.Positive(t, res.TTL)
 	e.resultOf(sh.ExtendShared(e.ctx, r1, 3*time.Minute))(node.Done, "r1 extends")
 	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second))
@@ -1040,7 +1040,7 @@ func testShared(t *testing.T, f Factory) {
 	require.NotNil(t, msg)
 	assert.Equal(t, "c", string(msg[2].([]byte)), "the release names the writer")
 	e.resultOf(e.n.Acquire(e.ctx, w, time.Minute, true))(node.Done, "the writer takes it")
-	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute))(node.Taken, "no reader while a writer holds")
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Taken, "no reader while a writer holds")
 	e.resultOf(sh.ExtendShared(e.ctx, r1, time.Minute))(node.Taken, "nor extends")
 	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Taken, "nor releases")
 	e.resultOf(e.n.Release(e.ctx, w, true))(node.Done, "the writer releases")
@@ -1048,12 +1048,50 @@ func testShared(t *testing.T, f Factory) {
 
 	// A reader whose hold lapses stops blocking a writer; a rollback of
 	// the last reader frees the key quietly.
-	e.resultOf(sh.AcquireShared(e.ctx, r1, 200*time.Millisecond))(node.Done, "r1 reads briefly")
+	e.resultOf(sh.AcquireShared(e.ctx, r1, 200*time.Millisecond, false))(node.Done, "r1 reads briefly")
 	time.Sleep(300 * time.Millisecond)
 	e.resultOf(e.n.Acquire(e.ctx, key("tok-w2", ""), time.Minute, false))(node.Done, "a writer once r1's hold has lapsed")
 	e.resultOf(e.n.Release(e.ctx, key("tok-w2", ""), false))(node.Done, "")
-	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute))(node.Done, "r2 reads")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute, false))(node.Done, "r2 reads")
 	e.resultOf(sh.ReleaseShared(e.ctx, r2, false))(node.Done, "r2's rollback")
+	for _, k := range []string{name, rk, wk} {
+		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
+	}
+
+	// Queued readers and writers take turns in the order they came: a
+	// reader queued before a writer goes first, one queued after waits.
+	w1, w2, w3 := key("tok-w1", "w1"), key("tok-w2", "w2"), key("tok-w3", "w3")
+	rq := node.Key{Name: name, Token: "tok-rq", Owner: "rq"}
+	e.resultOf(e.n.Acquire(e.ctx, w1, time.Minute, false))(node.Done, "w1 writes")
+	t2 := e.resultOf(e.n.Acquire(e.ctx, w2, time.Minute, true))(node.Taken, "w2 waits").Ticket
+	res = e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Taken, "rq waits")
+	assert.Greater(t, res.Ticket, t2, "rq queued after w2")
+	rq.Ticket = res.Ticket
+	t3 := e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Taken, "w3 waits").Ticket
+	assert.Greater(t, t3, rq.Ticket)
+	for receive(t, sub, 100*time.Millisecond) != nil { // earlier announcements
+	}
+	e.resultOf(e.n.Release(e.ctx, w1, true))(node.Done, "w1 releases")
+	assert.Equal(t, "~w2", e.get(name), "reserved for w2, queued first")
+	e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Taken, "rq behind w2")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-w2b", Owner: "w2", Ticket: t2}, time.Minute, true))(node.Done, "w2 takes its turn")
+	msg = receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, "w2", string(msg[2].([]byte)))
+	e.resultOf(e.n.Release(e.ctx, key("tok-w2b", "w2"), true))(node.Done, "w2 releases")
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "the head is a reader: the key is free, no reservation")
+	msg = receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, "", string(msg[2].([]byte)), "announced to all")
+	w3.Ticket = t3
+	e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Taken, "w3 waits for the reader queued before it")
+	e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Done, "rq goes in")
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "rq"), "rq left the queue")
+	e.resultOf(sh.AcquireShared(e.ctx, key("tok-r9", ""), time.Minute, false))(node.Taken, "a reader that comes after w3")
+	e.resultOf(sh.ReleaseShared(e.ctx, rq, true))(node.Done, "rq leaves")
+	assert.Equal(t, "~w3", e.get(name), "reserved for w3")
+	e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Done, "w3 writes")
+	e.resultOf(e.n.Release(e.ctx, w3, true))(node.Done, "w3 releases")
 	for _, k := range []string{name, rk, wk} {
 		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
 	}

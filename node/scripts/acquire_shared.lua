@@ -5,30 +5,66 @@
 -- KEYS[3]  its readers (node.ReadersKey, see shared.lua)
 -- ARGV[1]  the reader's token
 -- ARGV[2]  the TTL in milliseconds
+-- ARGV[3]  the reader's queue tag ("r" .. client tag); "" for an attempt
+--          that does not queue
+-- ARGV[4]  the waiter lease in milliseconds
+-- ARGV[5]  the reader's ticket; 0 when it has none yet
 -- Returns  "OK" (status) when the token now holds the key shared, its hold
 --          ending ARGV[2] from now (also when it held it already: the
---          same command run twice); otherwise the wait in milliseconds:
---          the writer's PTTL, or, when a writer waits in the queue, the
---          readers' PTTL (-1: no expiry) or what is left of the writer's
---          lease if there are none.
--- A writer that holds the key (its token) or for whom it is reserved
--- ("~" .. tag) keeps readers out. So does a live writer in the key's
--- queue: a waiting writer stops new readers, so a stream of readers
--- cannot starve it; a reader already in keeps its hold.
-local key, wk, rk, token, ttl = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
+--          same command run twice); otherwise {wait, ticket} as
+--          acquire.lua: wait is the key's PTTL (a writer's, or the
+--          readers' while a writer waits before this one), or what is
+--          left of that writer's lease when the key is free.
+-- A writer that holds the key (its token) or has it reserved ("~" .. tag)
+-- keeps readers out, and so does a live writer queued before the reader
+-- (any live writer, for a reader not queued): a waiting writer stops new
+-- readers, so a stream of readers cannot starve it; readers queued
+-- before it go first, so a stream of writers cannot starve them.
+local key, wk, rk, token, ttl, tag = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local v = redis.call("GET", key)
-if v and v ~= MARKER then
-  return redis.call("PTTL", key)
-end
 local now = now_ms()
-if not redis.call("HGET", rk, token) and redis.call("EXISTS", wk) == 1 then
-  local head, lease = queue_head(wk, now, nil)
-  if head then
-    if v then
-      return redis.call("PTTL", key)
+if v == MARKER and redis.call("HGET", rk, token) then
+  tag = "" -- the same command run twice: renew it
+else
+  local mine
+  if tag ~= "" then
+    mine = tonumber(ARGV[5])
+    if mine == 0 then
+      local e = redis.call("HGET", wk, tag)
+      local tk, le = string.match(e or "", "^(%d+):(%d+)$")
+      if tk and tonumber(le) > now then
+        mine = tonumber(tk)
+      else
+        mine = redis.call("HINCRBY", wk, "#", 1)
+      end
     end
-    return math.max(1, lease - now)
+    if tonumber(redis.call("HGET", wk, "#") or "0") < mine then
+      redis.call("HSET", wk, "#", mine)
+    end
+    redis.call("HSET", wk, tag, mine .. ":" .. (now + tonumber(ARGV[4])))
+    if redis.call("PTTL", wk) < tonumber(ARGV[4]) then
+      redis.call("PEXPIRE", wk, ARGV[4])
+    end
   end
+  local blocked
+  if v and v ~= MARKER then
+    blocked = redis.call("PTTL", key)
+  elseif redis.call("EXISTS", wk) == 1 then
+    local lease = writer_ahead(wk, now, mine)
+    if lease then
+      if v then
+        blocked = redis.call("PTTL", key)
+      else
+        blocked = math.max(1, lease - now)
+      end
+    end
+  end
+  if blocked then
+    return {blocked, mine or 0}
+  end
+end
+if tag ~= "" then
+  queue_drop(wk, tag)
 end
 local last = math.max(readers_last(rk, now, token), now + ttl)
 redis.call("HSET", rk, token, now + ttl)

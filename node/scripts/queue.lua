@@ -50,7 +50,10 @@ end
 -- skip is queued, it reserves the key for the head (value "~" .. tag,
 -- for what is left of the head's lease) and names it on the release
 -- channel, so that only the head wakes and only the head may take it;
--- otherwise it deletes the key and announces it to all.
+-- otherwise it deletes the key and announces it to all. A head that is
+-- a reader (its tag starts with "r", see shared.lua) needs no
+-- reservation: the key is deleted and announced to all, and the readers
+-- queued before the first writer go in together.
 local function hand_on(key, wk, skip)
   local ok, head, left = pcall(function()
     if redis.call("EXISTS", wk) == 0 then
@@ -62,7 +65,7 @@ local function hand_on(key, wk, skip)
       return h, lease - now
     end
   end)
-  if ok and head then
+  if ok and head and string.sub(head, 1, 1) ~= "r" then
     redis.call("SET", key, "~" .. head, "PX", left)
     redis.pcall("PUBLISH", key .. ":released", head)
   else

@@ -6,6 +6,10 @@
 -- as long as its longest-lived reader. KEYS[3] (node.ReadersKey) is a
 -- hash: per reader token, the end of its hold in the node's milliseconds
 -- (TIME).
+-- Waiting readers queue with writers (queue.lua), under their client's
+-- tag prefixed with "r" (client tags are hex): a reader goes in when no
+-- writer holds the key or has it reserved and no live writer is queued
+-- before it, so readers and writers take turns in the order they came.
 local MARKER = "!readers"
 
 -- readers_last drops lapsed readers (and skip) and returns the latest
@@ -22,4 +26,22 @@ local function readers_last(rk, now, skip)
     end
   end
   return last
+end
+
+-- writer_ahead returns the lease end of the first live writer queued
+-- before ticket mine (any live writer when mine is nil), nil if none.
+local function writer_ahead(wk, now, mine)
+  local all = redis.call("HGETALL", wk)
+  local first, lease
+  for i = 1, #all, 2 do
+    local tag = all[i]
+    if tag ~= "#" and string.sub(tag, 1, 1) ~= "r" then
+      local tk, le = string.match(all[i + 1], "^(%d+):(%d+)$")
+      tk, le = tonumber(tk), tonumber(le)
+      if tk and le > now and (not mine or tk < mine) and (not first or tk < first) then
+        first, lease = tk, le
+      end
+    end
+  end
+  return lease
 end
