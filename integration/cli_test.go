@@ -63,12 +63,12 @@ func exitCode(t *testing.T, err error) int {
 	return ee.ExitCode()
 }
 
-// waitFile waits until path contains want.
+// waitFile waits until path exists and contains want.
 func waitFile(t *testing.T, path, want string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		b, _ := os.ReadFile(path)
-		return strings.Contains(string(b), want)
+		b, err := os.ReadFile(path)
+		return err == nil && strings.Contains(string(b), want)
 	}, 20*time.Second, 10*time.Millisecond, "%s never contained %q", path, want)
 }
 
@@ -216,4 +216,84 @@ func TestCLIRunFence(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, second, first)
 	assert.Empty(t, fence())
+}
+
+// TestCLIRunShared: two --shared runs hold the key at once (each waits
+// until the other has started, and for the test to let them end); an
+// exclusive -n run meanwhile exits 1;
+// status shows the readers; --shared -n on an exclusively held key exits
+// 1; bad flag combinations exit 2.
+func TestCLIRunShared(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	dir := t.TempDir()
+	script := `echo in > "$DIR/$ME"; while [ ! -e "$DIR/$OTHER" ] || [ ! -e "$DIR/stop" ]; do sleep 0.02; done`
+	var cmds []*exec.Cmd
+	for _, me := range []string{"a", "b"} {
+		other := map[string]string{"a": "b", "b": "a"}[me]
+		cmd := redlockCmd(t, "run", "--shared", "--wait", "20s", p+"cache", "--", "sh", "-c", script)
+		cmd.Env = append(cmd.Env, "DIR="+dir, "ME="+me, "OTHER="+other)
+		require.NoError(t, cmd.Start())
+		cmds = append(cmds, cmd)
+	}
+	waitFile(t, filepath.Join(dir, "a"), "in")
+	waitFile(t, filepath.Join(dir, "b"), "in")
+	out, err := redlockCmd(t, "run", "-n", p+"cache", "--", "true").CombinedOutput()
+	assert.Equal(t, 1, exitCode(t, err), "an exclusive run while readers hold: %s", out)
+	out, err = redlockCmd(t, "status", p+"cache").Output()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "held shared by readers")
+	assert.Contains(t, string(out), "2 readers")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
+	for _, cmd := range cmds {
+		require.NoError(t, cmd.Wait(), "both readers ran together")
+	}
+
+	c := client(t)
+	l, err := c.TryLock(context.Background(), p+"cache")
+	require.NoError(t, err)
+	out, err = redlockCmd(t, "run", "--shared", "-n", p+"cache", "--", "true").CombinedOutput()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "by a writer")
+	require.NoError(t, l.Unlock(context.Background()))
+
+	for _, args := range [][]string{{"--shared", "--permits", "2"}, {"--shared", "--fence"}, {"--permits", "0"}} {
+		out, err := redlockCmd(t, append(append([]string{"run"}, args...), p+"x", "--", "true")...).CombinedOutput()
+		assert.Equal(t, 2, exitCode(t, err), "%v: %s", args, out)
+	}
+}
+
+// TestCLIRunPermits: with --permits 2, two runs hold permits at once and
+// a third -n run exits 1; status --permits shows both held, then free.
+func TestCLIRunPermits(t *testing.T) {
+	p := prefix(t, 5*time.Second)
+	dir := t.TempDir()
+	var cmds []*exec.Cmd
+	for _, me := range []string{"a", "b"} {
+		cmd := redlockCmd(t, "run", "--permits", "2", "--wait", "20s", p+"api", "--", "sh", "-c",
+			`echo "$REDLOCK_KEY" > "$DIR/$ME"; while [ ! -e "$DIR/stop" ]; do sleep 0.02; done`)
+		cmd.Env = append(cmd.Env, "DIR="+dir, "ME="+me)
+		require.NoError(t, cmd.Start())
+		cmds = append(cmds, cmd)
+	}
+	waitFile(t, filepath.Join(dir, "a"), ":permit:")
+	waitFile(t, filepath.Join(dir, "b"), ":permit:")
+	a, _ := os.ReadFile(filepath.Join(dir, "a"))
+	b, _ := os.ReadFile(filepath.Join(dir, "b"))
+	assert.NotEqual(t, string(a), string(b), "two permits, two slots")
+	out, err := redlockCmd(t, "run", "--permits", "2", "-n", p+"api", "--", "true").CombinedOutput()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "all 2 permits")
+	time.Sleep(50 * time.Millisecond) // the SETs that lost the race to the quorum land too
+	out, err = redlockCmd(t, "status", "--permits", "2", p+"api").Output()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "all 2 permits are held")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
+	for _, cmd := range cmds {
+		require.NoError(t, cmd.Wait())
+	}
+	time.Sleep(50 * time.Millisecond)
+	out, err = redlockCmd(t, "status", "--permits", "2", p+"api").Output()
+	assert.Equal(t, 0, exitCode(t, err), "%s", out)
+	assert.Contains(t, string(out), "2 of 2 permits free")
 }

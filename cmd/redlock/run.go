@@ -18,7 +18,9 @@ import (
 )
 
 const runTrailer = `The command runs as a child in its own process group, with the lock held
-and kept alive. It gets REDLOCK_KEY, REDLOCK_TOKEN and REDLOCK_UNTIL (the end
+and kept alive. With --shared the hold is a read hold: any number of them at
+once, none with an exclusive one (like flock -s). With --permits N it is one
+of N permits of the semaphore KEY, a slot whose key is KEY:permit:I. It gets REDLOCK_KEY, REDLOCK_TOKEN and REDLOCK_UNTIL (the end
 of the validity when it started, RFC 3339, UTC) in its environment, and with
 --fence REDLOCK_FENCE: the lock's fencing token, a decimal integer larger than
 that of every earlier grant of KEY, for the command to hand to storage that
@@ -56,6 +58,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		conflict int
 		grace    time.Duration
 		fence    bool
+		shared   bool
+		permits  int
 	)
 	fs.DurationVar(&wait, "wait", 0, "how long to wait for the lock (default: until interrupted)")
 	fs.BoolVar(&noWait, "n", false, "make one attempt; exit with the conflict code if the lock is held")
@@ -63,6 +67,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&conflict, "conflict-exit-code", exitHeld, "exit code when the lock is held elsewhere")
 	fs.IntVar(&conflict, "E", exitHeld, "same as --conflict-exit-code")
 	fs.BoolVar(&fence, "fence", false, "take a fenced lock and pass its token as REDLOCK_FENCE (one more round trip)")
+	fs.BoolVar(&shared, "shared", false, "take a shared (read) hold: other --shared holds may run at once, no exclusive one")
+	fs.IntVar(&permits, "permits", 0, "take one of `N` permits of the semaphore KEY: at most N holders at once")
 	fs.DurationVar(&grace, "grace", 0, "time the command gets between SIGTERM and SIGKILL when the lock is lost (default TTL/3)")
 	fs.Usage = usageFunc(fs, "redlock run [flags] KEY -- COMMAND [ARGS...]",
 		"Takes the lock KEY on a majority of the nodes, runs COMMAND while keeping\nthe lock alive, releases it when COMMAND exits and exits with its status.", runTrailer)
@@ -93,6 +99,12 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		bad = fmt.Sprintf("--wait must be >= 0, got %v", wait)
 	case conflict < 0 || conflict > 255:
 		bad = fmt.Sprintf("--conflict-exit-code must be in [0, 255], got %d", conflict)
+	case permits < 0 || permitsSet(fs) && permits == 0:
+		bad = fmt.Sprintf("--permits must be >= 1, got %d", permits)
+	case shared && permits > 0:
+		bad = "--shared and --permits do not go together"
+	case shared && fence:
+		bad = "--fence orders exclusive holds; it does not go with --shared"
 	}
 	if bad != "" {
 		fmt.Fprintln(stderr, "redlock run:", bad)
@@ -110,7 +122,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 
-	l, code := takeLock(ctx, c, key, wait, noWait, fence, grace, stderr)
+	l, code := takeLock(ctx, c, lockSpec{key: key, shared: shared, permits: permits}, wait, noWait, fence, grace, stderr)
 	if l == nil {
 		if code == exitHeld {
 			code = conflict
@@ -128,9 +140,58 @@ func flagErr(err error) int {
 	return exitUsage
 }
 
+// permitsSet reports whether --permits was given.
+func permitsSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "permits" })
+	return set
+}
+
+// lockSpec is what run takes: KEY exclusively, shared, or one of its
+// permits.
+type lockSpec struct {
+	key     string
+	shared  bool
+	permits int // > 0: a permit of the semaphore key
+}
+
+// take makes one attempt, or with wait waits as Lock does.
+func (s lockSpec) take(ctx context.Context, c *redlock.Client, wait bool, opts []redlock.Option) (*redlock.Lock, error) {
+	switch {
+	case s.permits > 0:
+		sem, err := c.Semaphore(s.key, s.permits)
+		if err != nil {
+			return nil, err
+		}
+		if wait {
+			return sem.Acquire(ctx, opts...)
+		}
+		return sem.TryAcquire(ctx, opts...)
+	case s.shared && wait:
+		return c.RLock(ctx, s.key, opts...)
+	case s.shared:
+		return c.TryRLock(ctx, s.key, opts...)
+	case wait:
+		return c.Lock(ctx, s.key, opts...)
+	}
+	return c.TryLock(ctx, s.key, opts...)
+}
+
+// held says why the lock could not be had.
+func (s lockSpec) held() string {
+	switch {
+	case s.permits > 0:
+		return fmt.Sprintf("all %d permits of %q are held", s.permits, s.key)
+	case s.shared:
+		return fmt.Sprintf("%q is held (or awaited) by a writer", s.key)
+	}
+	return fmt.Sprintf("%q is held elsewhere", s.key)
+}
+
 // takeLock takes the lock as the flags say. On failure it reports why on
 // stderr and returns the exit code.
-func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Duration, noWait, fence bool, grace time.Duration, stderr io.Writer) (*redlock.Lock, int) {
+func takeLock(ctx context.Context, c *redlock.Client, spec lockSpec, wait time.Duration, noWait, fence bool, grace time.Duration, stderr io.Writer) (*redlock.Lock, int) {
+	key := spec.key
 	opts := []redlock.Option{redlock.WithLostMargin(grace)}
 	if fence {
 		opts = append(opts, redlock.WithFencing())
@@ -140,7 +201,7 @@ func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Dura
 		err error
 	)
 	if noWait {
-		l, err = c.TryLock(ctx, key, opts...)
+		l, err = spec.take(ctx, c, false, opts)
 	} else {
 		lctx := ctx
 		if wait > 0 {
@@ -150,7 +211,7 @@ func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Dura
 		}
 		// Retry until the lock is free, wait runs out or a signal comes.
 		opts = append(opts, redlock.WithRetry(redlock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)))
-		l, err = c.Lock(lctx, key, opts...)
+		l, err = spec.take(lctx, c, true, opts)
 	}
 	if err == nil {
 		return l, exitOK
@@ -161,7 +222,7 @@ func takeLock(ctx context.Context, c *redlock.Client, key string, wait time.Dura
 		fmt.Fprintf(stderr, "redlock run: interrupted while waiting for %q\n", key)
 		return nil, exitInterrupted
 	case errors.As(err, &qe) && qe.Count(node.Taken) > 0:
-		fmt.Fprintf(stderr, "redlock run: %q is held elsewhere\n", key)
+		fmt.Fprintf(stderr, "redlock run: %s\n", spec.held())
 		return nil, exitHeld
 	}
 	fmt.Fprintf(stderr, "redlock run: %v\n", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/quorum"
+	"github.com/quorumlock/redlock/redlock"
 )
 
 const statusTrailer = `environment:
@@ -19,8 +20,10 @@ const statusTrailer = `environment:
 
 exit codes:
   0    free: a majority of the nodes answered and do not hold the key
-  1    held: one token holds the key on a majority of the nodes, or an
-       Unlock reserved it there for the next waiter
+       (--permits: at least one permit is free)
+  1    held: one token holds the key on a majority of the nodes, readers
+       hold it shared there, or an Unlock reserved it there for the next
+       waiter (--permits: every permit is held)
   2    bad command line
   3    split: held on some nodes, by no majority
   69   too few nodes answered to tell
@@ -33,6 +36,7 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var nf nodeFlags
 	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated node URLs: redis://[user:password@]host:port[/db], rediss:// for TLS\n(default $"+envNodes+")")
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for each node")
+	permits := fs.Int("permits", 0, "show the `N` permits of the semaphore KEY, one line each")
 	fs.Usage = usageFunc(fs, "redlock status [flags] KEY",
 		"Shows, per node, whether KEY is held, by which token and for how long,\nand whether a majority holds it.", statusTrailer)
 	if err := fs.Parse(args); err != nil {
@@ -49,21 +53,14 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "redlock status: %v\n", err)
 		return exitUsage
 	}
-	infos := make([]node.Info, len(eps))
-	errs := make([]error, len(eps))
-	var wg sync.WaitGroup
-	for i, ep := range eps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n := node.New(ep, node.Options{Timeout: *timeout})
-			defer n.Close()
-			ictx, cancel := context.WithTimeout(ctx, *timeout)
-			defer cancel()
-			infos[i], errs[i] = n.Inspect(ictx, key)
-		}()
+	if *permits < 0 {
+		fmt.Fprintf(stderr, "redlock status: --permits must be >= 1, got %d\n", *permits)
+		return exitUsage
 	}
-	wg.Wait()
+	if *permits > 0 {
+		return permitStatus(ctx, eps, key, *permits, *timeout, stdout)
+	}
+	infos, errs := inspect(ctx, eps, key, *timeout)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tTOKEN\tTTL")
@@ -88,6 +85,8 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if w, ok := strings.CutPrefix(infos[i].Token, "~"); ok {
 				// An Unlock handed the key to the head of the queue.
 				state, tok = "reserved", "for waiter "+w
+			} else if infos[i].Token == node.SharedValue {
+				state, tok = "shared", fmt.Sprintf("%d readers", infos[i].Readers)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.Addr(), state, tok, ttl)
 		}
@@ -101,6 +100,8 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		if w, ok := strings.CutPrefix(tok, "~"); ok {
 			fmt.Fprintf(stdout, "%q is being handed to waiter %s (reserved on %d of %d nodes)\n", key, w, n, len(eps))
+		} else if tok == node.SharedValue {
+			fmt.Fprintf(stdout, "%q is held shared by readers on a majority (%d of %d nodes)\n", key, n, len(eps))
 		} else {
 			fmt.Fprintf(stdout, "%q is held by a majority (%d of %d nodes) with token %s\n", key, n, len(eps), shortToken(tok))
 		}
@@ -116,4 +117,83 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	fmt.Fprintf(stdout, "%q is split: held on %d of %d nodes, by no majority\n", key, answered-free, len(eps))
 	return exitSplit
+}
+
+// inspect reads key on every node in parallel.
+func inspect(ctx context.Context, eps []node.Endpoint, key string, timeout time.Duration) ([]node.Info, []error) {
+	infos := make([]node.Info, len(eps))
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := node.New(ep, node.Options{Timeout: timeout})
+			defer n.Close()
+			ictx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			infos[i], errs[i] = n.Inspect(ictx, key)
+		}()
+	}
+	wg.Wait()
+	return infos, errs
+}
+
+// permitStatus shows the permits of the semaphore name, one line each:
+// the token that holds it on a majority, or free, or split.
+func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits int, timeout time.Duration, stdout io.Writer) int {
+	need := quorum.Majority(len(eps))
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PERMIT\tKEY\tSTATE\tTOKEN\tNODES")
+	held, free, unknown := 0, 0, 0
+	for i := range permits {
+		key := redlock.PermitKey(name, i)
+		infos, errs := inspect(ctx, eps, key, timeout)
+		answered, nfree := 0, 0
+		tokens := map[string]int{}
+		for j := range eps {
+			switch {
+			case errs[j] != nil:
+			case infos[j].Token == "":
+				answered++
+				nfree++
+			default:
+				answered++
+				tokens[infos[j].Token]++
+			}
+		}
+		state, tok, nodes := "split", "", answered-nfree
+		for t, n := range tokens {
+			if n >= need {
+				state, tok, nodes = "held", shortToken(t), n
+				if w, ok := strings.CutPrefix(t, "~"); ok {
+					state, tok = "reserved", "for waiter "+w
+				}
+			}
+		}
+		switch {
+		case state != "split":
+			held++
+		case nfree >= need:
+			state, nodes = "free", nfree
+			free++
+		case answered < need:
+			state = "unreachable"
+			unknown++
+		default:
+			held++ // split: not free either
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d of %d\n", i, key, state, tok, nodes, len(eps))
+	}
+	tw.Flush()
+	switch {
+	case free > 0:
+		fmt.Fprintf(stdout, "%q: %d of %d permits free\n", name, free, permits)
+		return exitOK
+	case unknown > 0:
+		fmt.Fprintf(stdout, "%q: no permit is free, %d could not be told (too few nodes answered)\n", name, unknown)
+		return exitUnavailable
+	}
+	fmt.Fprintf(stdout, "%q: all %d permits are held\n", name, permits)
+	return exitHeld
 }
