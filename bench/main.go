@@ -84,7 +84,7 @@ func main() {
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
 		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 20m, quick 6m)")
-		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run ("+strings.Join(scenarioIDs(), ",")+"); default all")
+		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run ("+strings.Join(scenarioIDs(), ",")+",shared); default all")
 		setups  = flag.String("setups", "", "comma-separated subset of set-ups to run (direct: no proxies; proxied: all nodes behind proxies; mixed: only the faulty node behind one); default all")
 		before  = flag.String("before", "results/before-ccc0598.md", "report of an earlier run (its own harness) to compare with; skipped when missing")
 		profDir = flag.String("allocprofile", "", "after the scenarios, write per-contender allocation profiles (MemProfileRate=1, direct nodes) to this directory")
@@ -231,6 +231,14 @@ func run(p params, out string, watchdog time.Duration) int {
 		b.urls = mixed
 		diag = b.latencyDiag()
 	}
+	var sr *sharedRes
+	if ctx.Err() == nil && (p.only == nil || p.only["shared"]) && (p.setups == nil || p.setups["direct"]) {
+		logf("shared locks and semaphores pass")
+		var err error
+		if sr, err = b.sharedPass(direct); err != nil {
+			logf("shared pass failed: %v", err)
+		}
+	}
 	var sites []allocSite
 	if ctx.Err() == nil {
 		var err error
@@ -248,6 +256,11 @@ func run(p params, out string, watchdog time.Duration) int {
 
 	e.loadEnd = loadAvg()
 	report := render(p, topos, results, sites, diag, readBefore(p.before), total, e)
+	if sr != nil {
+		var sb strings.Builder
+		renderShared(&sb, sr)
+		report += sb.String()
+	}
 	fmt.Print(report)
 	if out != "" {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err == nil {
