@@ -131,6 +131,21 @@ func TestTLSAndACL(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	// Read holds (the readers hash, TIME) and permits work within the
+	// rule too.
+	r1, err := good.TryRLock(ctx, "lk:shared")
+	require.NoError(t, err)
+	r2, err := waiter.TryRLock(ctx, "lk:shared")
+	require.NoError(t, err, "a second reader")
+	require.NoError(t, r1.Extend(ctx, time.Minute))
+	require.NoError(t, r1.Unlock(ctx))
+	require.NoError(t, r2.Unlock(ctx))
+	sem, err := good.Semaphore("lk:sem", 2)
+	require.NoError(t, err)
+	p, err := sem.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Unlock(ctx))
+
 	// A key outside ~lk:*: every node refuses, and Lock does not retry.
 	_, err = good.Lock(ctx, "other:tls")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)

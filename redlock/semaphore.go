@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"time"
 )
@@ -78,7 +79,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 		return nil, err
 	}
 	start := s.c.clk.Now()
-	l, attempts, err := s.tryAll(ctx, &cfg)
+	l, attempts, err := s.try(ctx, &cfg, nil)
 	s.report(l, start, attempts, err)
 	return l, err
 }
@@ -128,14 +129,17 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		}
 	}
 
-	var w *watches
+	var (
+		w    *watches
+		hint []int // the slots released since the last round: tried alone
+	)
 	defer func() {
 		if w != nil {
 			w.stop()
 		}
 	}()
 	for round := 1; ; round++ {
-		l, n, err := s.tryAll(ctx, &cfg)
+		l, n, err := s.try(ctx, &cfg, hint)
 		rounds += n
 		qe, ok := err.(*QuorumError)
 		if err == nil || !ok || qe.ctxErr != nil {
@@ -155,32 +159,80 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			// Subscribed on every slot, try once more at once: a
 			// release between the round and the subscription is not
 			// missed.
-			if w = c.watch(s.slots...); w != nil {
+			if w = c.watchKeys(s.slots, true); w != nil {
 				if err := w.ready(ctx, c, d); err != nil {
 					return nil, s.ended(qe, ctx, err)
 				}
+				hint = nil
 				continue
 			}
 		}
-		if _, err := c.sleep(ctx, d, w.wake(), nil); err != nil {
+		if w == nil {
+			_, err = c.sleep(ctx, d, nil, nil)
+		} else {
+			hint, err = w.anyReleased(ctx, c, d)
+		}
+		if err != nil {
 			return nil, s.ended(qe, ctx, err)
 		}
 	}
 }
 
-// tryAll makes one attempt at each slot from a random one until one is
-// granted; it returns the lock, the attempts made and, when none was
-// granted, the last attempt's error. It stops early on an error that is
-// not a refusal (ErrClosed), when ctx ends, and when so many nodes refuse
-// for good (credentials, no scripts, ...) that no slot can be had.
-func (s *Semaphore) tryAll(ctx context.Context, cfg *config) (*Lock, int, error) {
-	first := 0
-	if s.permits > 1 {
+// anyReleased waits for a release of any of a semaphore's slots (see
+// Client.watchKeys with perKey), for d on the client's clock, for ctx
+// or for the client's Close. It returns the slots released meanwhile
+// (nil: d passed), or ctx's error, or ErrClosed.
+func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration) ([]int, error) {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	cases := make([]reflect.SelectCase, 3, 3+len(w.per))
+	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}
+	cases[1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)}
+	cases[2] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())}
+	for _, ch := range w.per {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	chosen, _, _ := reflect.Select(cases)
+	switch chosen {
+	case 0:
+		return nil, ctx.Err()
+	case 1:
+		return nil, ErrClosed
+	case 2:
+		return nil, nil
+	}
+	hint := []int{chosen - 3}
+	for i, ch := range w.per { // others released meanwhile
+		select {
+		case <-ch:
+			hint = append(hint, i)
+		default:
+		}
+	}
+	return hint, nil
+}
+
+// try makes one attempt at each slot in only (nil: at every slot, from
+// a random one) until one is granted; it returns the lock, the attempts
+// made and, when none was granted, the last attempt's error. It stops
+// early on an error that is not a refusal (ErrClosed), when ctx ends, and
+// when so many nodes refuse for good (credentials, no scripts, ...) that
+// no slot can be had. Waiters woken by a release try the released slot
+// alone: they would find the others held, and only add load for the
+// holders' releases.
+func (s *Semaphore) try(ctx context.Context, cfg *config, only []int) (*Lock, int, error) {
+	n, first := len(only), 0
+	if n == 0 {
+		n = s.permits
 		first = rand.IntN(s.permits)
 	}
 	var err error
-	for j := range s.permits {
-		l, qe, aerr := s.c.attempt(ctx, s.slots[(first+j)%s.permits], cfg, false, 0)
+	for j := range n {
+		slot := (first + j) % s.permits
+		if only != nil {
+			slot = only[j]
+		}
+		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, false, 0)
 		switch {
 		case aerr != nil:
 			return nil, j + 1, aerr
@@ -192,7 +244,7 @@ func (s *Semaphore) tryAll(ctx context.Context, cfg *config) (*Lock, int, error)
 			return nil, j + 1, qe
 		}
 	}
-	return nil, s.permits, err
+	return nil, n, err
 }
 
 // ended is Acquire's error when its wait ended early: ErrClosed as it is,

@@ -84,22 +84,40 @@ func (c *Client) heldHere(key string) bool {
 
 // watches are one Lock call's subscriptions to its key's releases.
 type watches struct {
-	released chan struct{} // every node's watch sends here
+	released chan struct{} // every node's watch sends here, or
+	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there
 	ws       []node.Watch
 }
 
-// watch subscribes to the releases of keys (one or more; a semaphore
-// watches all its slots, on one channel) on every node that offers it;
-// nil when notifications are off or no node offers them.
-func (c *Client) watch(keys ...string) *watches {
+// watch subscribes to key's releases on every node that offers it; nil
+// when notifications are off or no node offers them.
+func (c *Client) watch(key string) *watches {
+	return c.watchKeys([]string{key}, false)
+}
+
+// watchKeys subscribes to the releases of keys on every node that offers
+// it; perKey gives each key a channel of its own (watches.per, in the
+// order of keys), else they share watches.released. Nil when
+// notifications are off or no node offers them.
+func (c *Client) watchKeys(keys []string, perKey bool) *watches {
 	if c.cfg.quiet {
 		return nil
 	}
 	w := &watches{released: make(chan struct{}, 1)}
+	if perKey {
+		w.per = make([]chan struct{}, len(keys))
+		for i := range w.per {
+			w.per[i] = make(chan struct{}, 1)
+		}
+	}
 	for _, n := range c.nodes {
 		if wn, ok := n.(node.Watcher); ok {
-			for _, key := range keys {
-				w.ws = append(w.ws, wn.Watch(key, c.tag, w.released))
+			for i, key := range keys {
+				ch := w.released
+				if perKey {
+					ch = w.per[i]
+				}
+				w.ws = append(w.ws, wn.Watch(key, c.tag, ch))
 			}
 		}
 	}
