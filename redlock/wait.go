@@ -84,7 +84,7 @@ func (c *Client) heldHere(key string) bool {
 
 // watches are one Lock call's subscriptions to its key's releases.
 type watches struct {
-	released chan struct{} // every node's watch sends here, or
+	released chan struct{}   // every node's watch sends here, or
 	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there
 	ws       []node.Watch
 }
