@@ -94,7 +94,8 @@ func anys(s []string) []any {
 
 func TestScriptsAreTheNodePackages(t *testing.T) {
 	s := node.LuaScripts()
-	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence, s.Transfer, s.Leave} {
+	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence, s.Transfer, s.Leave,
+		s.AcquireShared, s.ExtendShared, s.ReleaseShared} {
 		assert.Equal(t, sc.Hash, redis.NewScript(sc.Src).Hash())
 	}
 	assert.Equal(t, 2, s.Acquire.Keys)
@@ -102,7 +103,10 @@ func TestScriptsAreTheNodePackages(t *testing.T) {
 	assert.Equal(t, 1, s.Extend.Keys)
 	assert.Equal(t, 2, s.Release.Keys)
 	assert.Equal(t, 2, s.Leave.Keys)
-	assert.Equal(t, 1, s.Inspect.Keys)
+	assert.Equal(t, 2, s.Inspect.Keys)
+	assert.Equal(t, 3, s.AcquireShared.Keys)
+	assert.Equal(t, 2, s.ExtendShared.Keys)
+	assert.Equal(t, 3, s.ReleaseShared.Keys)
 	assert.Equal(t, 2, s.AcquireFenced.Keys)
 	assert.Equal(t, 2, s.ConfirmFence.Keys)
 }

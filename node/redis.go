@@ -403,8 +403,9 @@ func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wai
 	if wait {
 		owner = k.Owner
 	}
-	reply, err := r.evalKeys(ctx, "acquire", acquireSharedScript, 3, k.Name, WaitersKey(k.Name), ReadersKey(k.Name),
-		k.Token, ttl.Milliseconds(), owner, waiterLeaseMS, k.Ticket)
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, "acquire", acquireSharedScript, "EVALSHA",
+		[]any{acquireSharedScript.hash, 3, name, k.boxedWaiters(), ReadersKey(k.Name), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
 	if err != nil {
 		return Result{}, err
 	}
@@ -414,7 +415,9 @@ func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wai
 
 // ExtendShared runs extend_shared.lua (see Sharer).
 func (r *Redis) ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "extend", extendSharedScript, 2, k.Name, ReadersKey(k.Name), k.Token, ttl.Milliseconds())
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, "extend", extendSharedScript, "EVALSHA",
+		[]any{extendSharedScript.hash, 2, name, ReadersKey(k.Name), token, r.ms(ttl)})
 	if err != nil {
 		return Result{}, err
 	}
@@ -428,7 +431,9 @@ func (r *Redis) ReleaseShared(ctx context.Context, k Key, announce bool) (Result
 	if announce {
 		flag = announceYes
 	}
-	reply, err := r.evalKeys(ctx, "release", releaseSharedScript, 3, k.Name, WaitersKey(k.Name), ReadersKey(k.Name), k.Token, flag)
+	name, token := k.Boxed()
+	reply, err := r.call(ctx, "release", releaseSharedScript, "EVALSHA",
+		[]any{releaseSharedScript.hash, 3, name, k.boxedWaiters(), ReadersKey(k.Name), token, flag})
 	if err != nil {
 		return Result{}, err
 	}

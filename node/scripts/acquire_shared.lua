@@ -66,7 +66,11 @@ end
 if tag ~= "" then
   queue_drop(wk, tag)
 end
-local last = math.max(readers_last(rk, now, token), now + ttl)
+local last = now + ttl
+if v then
+  -- (A free key has no live reader: the marker outlives every hold.)
+  last = math.max(readers_last(rk, now, token), last)
+end
 redis.call("HSET", rk, token, now + ttl)
 redis.call("SET", key, MARKER, "PX", last - now)
 redis.call("PEXPIRE", rk, last - now)
