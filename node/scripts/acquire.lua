@@ -21,10 +21,7 @@
 -- node that answered so.
 -- A caller with a tag is queued (its lease renewed) unless it takes the key.
 -- It takes the key when the key is reserved for it (see hand_on), or free
--- and the caller heads the queue. Its ticket is ARGV[5], else the one it
--- already has here, else the next one; the counter is raised to the ticket,
--- so that a waiter that queues after this one is queued on a majority gets
--- a larger one from any majority.
+-- and the caller heads the queue. Its ticket: see queue_join.
 local key, wk, token, ttl, tag = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local v = redis.call("GET", key)
 if v == token then
@@ -43,21 +40,7 @@ if tag == "" then
 end
 local ok, head, mine, lease = pcall(function()
   local now = now_ms()
-  local mine = tonumber(ARGV[5])
-  if mine == 0 then
-    local e = redis.call("HGET", wk, tag)
-    local tk, le = string.match(e or "", "^(%d+):(%d+)$")
-    if tk and tonumber(le) > now then
-      mine = tonumber(tk)
-    else
-      mine = redis.call("HINCRBY", wk, "#", 1)
-    end
-  end
-  if tonumber(redis.call("HGET", wk, "#") or "0") < mine then
-    redis.call("HSET", wk, "#", mine)
-  end
-  redis.call("HSET", wk, tag, mine .. ":" .. (now + tonumber(ARGV[4])))
-  redis.call("PEXPIRE", wk, ARGV[4])
+  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now)
   local h, hl = queue_head(wk, now, nil)
   return h, mine, hl - now
 end)

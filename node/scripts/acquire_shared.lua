@@ -28,23 +28,7 @@ if v == MARKER and redis.call("HGET", rk, token) then
 else
   local mine
   if tag ~= "" then
-    mine = tonumber(ARGV[5])
-    if mine == 0 then
-      local e = redis.call("HGET", wk, tag)
-      local tk, le = string.match(e or "", "^(%d+):(%d+)$")
-      if tk and tonumber(le) > now then
-        mine = tonumber(tk)
-      else
-        mine = redis.call("HINCRBY", wk, "#", 1)
-      end
-    end
-    if tonumber(redis.call("HGET", wk, "#") or "0") < mine then
-      redis.call("HSET", wk, "#", mine)
-    end
-    redis.call("HSET", wk, tag, mine .. ":" .. (now + tonumber(ARGV[4])))
-    if redis.call("PTTL", wk) < tonumber(ARGV[4]) then
-      redis.call("PEXPIRE", wk, ARGV[4])
-    end
+    mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now)
   end
   local blocked
   if v and v ~= MARKER then

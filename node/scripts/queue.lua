@@ -46,6 +46,30 @@ local function queue_head(wk, now, skip)
   return head, hl
 end
 
+-- queue_join queues tag, or renews its place, for lease milliseconds from
+-- now, and returns its ticket: ticket when it is not 0 (a waiter sends the
+-- largest any node gave it), else the one it has here, else the next one.
+-- The counter is raised to the ticket, so that a waiter that queues after
+-- this one is queued on a majority gets a larger one from any majority.
+local function queue_join(wk, tag, ticket, lease, now)
+  local mine = tonumber(ticket)
+  if mine == 0 then
+    local e = redis.call("HGET", wk, tag)
+    local tk, le = string.match(e or "", "^(%d+):(%d+)$")
+    if tk and tonumber(le) > now then
+      mine = tonumber(tk)
+    else
+      mine = redis.call("HINCRBY", wk, "#", 1)
+    end
+  end
+  if tonumber(redis.call("HGET", wk, "#") or "0") < mine then
+    redis.call("HSET", wk, "#", mine)
+  end
+  redis.call("HSET", wk, tag, mine .. ":" .. (now + lease))
+  redis.call("PEXPIRE", wk, lease)
+  return mine
+end
+
 -- hand_on frees KEYS[1] (held by the caller): where a waiter other than
 -- skip is queued, it reserves the key for the head (value "~" .. tag,
 -- for what is left of the head's lease) and names it on the release
