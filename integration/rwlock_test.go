@@ -106,8 +106,10 @@ func TestRWLockNeverAWriterWithAnother(t *testing.T) {
 
 // TestRWLockWriterIsNotStarved: readers keep the key held shared without
 // a gap (each re-takes it at once, their holds overlap); a writer still
-// gets it, within about the longest read hold: once it waits, no new
-// reader goes in.
+// gets it, typically within about the longest read hold (43-95 ms for
+// 50 ms holds): once it waits, no new reader goes in. Without that it
+// would wait for ever. The bound asserted is loose: once, on a loaded
+// machine, a writer waited seconds (readers queued before it go first).
 func TestRWLockWriterIsNotStarved(t *testing.T) {
 	const readHold = 50 * time.Millisecond
 	p := prefix(t, 3*time.Second)
@@ -142,12 +144,12 @@ func TestRWLockWriterIsNotStarved(t *testing.T) {
 
 	for range 3 {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		w, err := writer.Lock(ctx, key)
 		cancel()
 		require.NoError(t, err, "the writer was starved")
 		waited := time.Since(start)
-		assert.Less(t, waited, 10*readHold, "the writer waited %v behind readers that hold %v", waited, readHold)
+		assert.Less(t, waited, 5*time.Second, "the writer waited %v behind readers that hold %v", waited, readHold)
 		t.Logf("writer waited %v", waited.Round(time.Millisecond))
 		time.Sleep(5 * time.Millisecond)
 		require.NoError(t, w.Unlock(context.Background()))
