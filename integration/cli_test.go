@@ -270,7 +270,7 @@ func TestCLIRunPermits(t *testing.T) {
 	var cmds []*exec.Cmd
 	for _, me := range []string{"a", "b"} {
 		cmd := redlockCmd(t, "run", "--permits", "2", "--wait", "20s", p+"api", "--", "sh", "-c",
-			`echo "$REDLOCK_KEY" > "$DIR/$ME"; while [ ! -e "$DIR/stop" ]; do sleep 0.02; done`)
+			`echo "$REDLOCK_KEY $REDLOCK_TOKEN" > "$DIR/$ME"; while [ ! -e "$DIR/stop" ]; do sleep 0.02; done`)
 		cmd.Env = append(cmd.Env, "DIR="+dir, "ME="+me)
 		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
@@ -287,6 +287,13 @@ func TestCLIRunPermits(t *testing.T) {
 	out, err = redlockCmd(t, "status", "--permits", "2", p+"api").Output()
 	assert.Equal(t, 1, exitCode(t, err), "%s", out)
 	assert.Contains(t, string(out), "all 2 permits are held")
+	assert.Contains(t, string(out), "PERMIT 1", "the holders per node")
+	for _, run := range []string{string(a), string(b)} {
+		// Each run's token shows in its permit's row and on at least
+		// three nodes' rows.
+		tok := strings.Fields(run)[1][:8]
+		assert.GreaterOrEqual(t, strings.Count(string(out), tok), 4, "token %s: %s", tok, out)
+	}
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
 	for _, cmd := range cmds {

@@ -146,9 +146,13 @@ func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PERMIT\tKEY\tSTATE\tTOKEN\tNODES")
 	held, free, unknown := 0, 0, 0
+	cells := make([][]string, len(eps)) // per node, per permit: what the node holds
 	for i := range permits {
 		key := redlock.PermitKey(name, i)
 		infos, errs := inspect(ctx, eps, key, timeout)
+		for j := range eps {
+			cells[j] = append(cells[j], nodeCell(infos[j], errs[j]))
+		}
 		answered, nfree := 0, 0
 		tokens := map[string]int{}
 		for j := range eps {
@@ -186,6 +190,18 @@ func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d of %d\n", i, key, state, tok, nodes, len(eps))
 	}
 	tw.Flush()
+	// The holders per node: a permit's row says what a majority holds.
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "NODE")
+	for i := range permits {
+		fmt.Fprintf(tw, "\tPERMIT %d", i)
+	}
+	fmt.Fprintln(tw)
+	for j, ep := range eps {
+		fmt.Fprintf(tw, "%s\t%s\n", ep.Addr(), strings.Join(cells[j], "\t"))
+	}
+	tw.Flush()
 	switch {
 	case free > 0:
 		fmt.Fprintf(stdout, "%q: %d of %d permits free\n", name, free, permits)
@@ -196,4 +212,17 @@ func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits
 	}
 	fmt.Fprintf(stdout, "%q: all %d permits are held\n", name, permits)
 	return exitHeld
+}
+
+// nodeCell is what one node holds under a permit's key, in a word.
+func nodeCell(info node.Info, err error) string {
+	switch {
+	case err != nil:
+		return "error (" + node.KindOf(err) + ")"
+	case info.Token == "":
+		return "free"
+	case strings.HasPrefix(info.Token, "~"):
+		return "reserved"
+	}
+	return shortToken(info.Token)
 }
