@@ -31,6 +31,7 @@ type Semaphore struct {
 	name    string   // as given, without the client's prefix
 	permits int      // len(slots)
 	slots   []string // the slots' keys, prefix included
+	local   string   // the key of the client's own queue of its waiters (Client.join)
 }
 
 // Semaphore returns the semaphore name with permits permits. An empty name
@@ -53,6 +54,9 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	for i := range s.slots {
 		s.slots[i] = c.cfg.prefix + PermitKey(name, i)
 	}
+	// No lock can have this key (a NUL byte), so Unlock never hands a
+	// slot to the queue.
+	s.local = "\x00sem\x00" + s.slots[0]
 	return s, nil
 }
 
@@ -106,11 +110,8 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	rounds := 0
 	defer func() { s.report(l, start, rounds, err) }()
 
-	// The client's queue for this semaphore: the key is one no lock can
-	// have (a NUL byte), so Unlock never hands a slot to it.
-	qkey := "\x00sem\x00" + s.slots[0]
-	turn := c.join(qkey)
-	defer c.leave(qkey, turn, nil)
+	turn := c.join(s.local)
+	defer c.leave(s.local, turn, nil)
 	if turn != nil {
 		var limit <-chan time.Time
 		if !giveUp.IsZero() {

@@ -8,12 +8,9 @@
 --          ARGV[2] from now), 0 a writer holds the key, -1 the token holds
 --          nothing here. Never shortened, as extend.lua.
 local key, rk, token, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local v = redis.call("GET", key)
-if v ~= MARKER then
-  if v then
-    return 0
-  end
-  return -1
+local gone = not_shared(key)
+if gone then
+  return gone
 end
 local now = now_ms()
 local e = tonumber(redis.call("HGET", rk, token) or "0")

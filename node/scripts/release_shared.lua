@@ -12,12 +12,9 @@
 -- and announces that; a rollback deletes it quietly. Otherwise the marker
 -- lives on for the remaining readers, as long as the last of them.
 local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local v = redis.call("GET", key)
-if v ~= MARKER then
-  if v then
-    return 0
-  end
-  return -1
+local gone = not_shared(key)
+if gone then
+  return gone
 end
 local now = now_ms()
 local mine = tonumber(redis.call("HGET", rk, token) or "0")

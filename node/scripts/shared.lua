@@ -12,6 +12,19 @@
 -- before it, so readers and writers take turns in the order they came.
 local MARKER = "!readers"
 
+-- not_shared returns what an extend or release of a reader answers when
+-- key does not hold the marker: 0 a writer holds it, -1 it is free; nil
+-- when readers hold it.
+local function not_shared(key)
+  local v = redis.call("GET", key)
+  if v == MARKER then
+    return nil
+  elseif v then
+    return 0
+  end
+  return -1
+end
+
 -- readers_last drops lapsed readers (and skip) and returns the latest
 -- end among the others, 0 when none is left.
 local function readers_last(rk, now, skip)
