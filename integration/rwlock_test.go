@@ -66,16 +66,7 @@ func TestRWLockNeverAWriterWithAnother(t *testing.T) {
 		ttl = time.Second
 		run = 2500 * time.Millisecond
 	)
-	faults := []struct {
-		name   string
-		inject func(t *testing.T) (undo func())
-	}{
-		{"healthy", func(*testing.T) func() { return func() {} }},
-		{"paused", func(t *testing.T) func() { return scPause(t, shared, 2) }},
-		{"blackholed", func(t *testing.T) func() { return scCut(t, shared, 1) }},
-		{"killed-and-restarted", func(t *testing.T) func() { return scStop(t, shared, 4) }},
-	}
-	for _, f := range faults {
+	for _, f := range faultCases() {
 		t.Run(f.name, func(t *testing.T) {
 			p := prefix(t, 2*ttl+2*time.Second)
 			clients := scClients(t, 3, scOpts(ttl, 150*time.Millisecond)...)

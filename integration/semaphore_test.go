@@ -62,6 +62,25 @@ func semContend(sems []*redlock.Semaphore, workers int, d, hold time.Duration, c
 	return failed
 }
 
+// faultCase is a fault a contention test runs under: inject starts it on
+// the shared cluster and returns its undo (also run at cleanup).
+type faultCase struct {
+	name   string
+	inject func(t *testing.T) (undo func())
+}
+
+// faultCases are the fault scenarios a minority of nodes can suffer: none,
+// a node paused, one cut off, one stopped for longer than the tests' TTL
+// and started empty (a key it lost had expired everywhere by then).
+func faultCases() []faultCase {
+	return []faultCase{
+		{"healthy", func(*testing.T) func() { return func() {} }},
+		{"paused", func(t *testing.T) func() { return scPause(t, shared, 2) }},
+		{"blackholed", func(t *testing.T) func() { return scCut(t, shared, 1) }},
+		{"killed-and-restarted", func(t *testing.T) func() { return scStop(t, shared, 4) }},
+	}
+}
+
 // TestSemaphoreNeverMoreThanPermits: nine workers on three clients share
 // a semaphore of three permits, on healthy nodes and with each of the
 // fault scenarios: never two holders of one slot, never more than three
@@ -74,18 +93,7 @@ func TestSemaphoreNeverMoreThanPermits(t *testing.T) {
 		hold    = 5 * time.Millisecond
 		run     = 2500 * time.Millisecond
 	)
-	faults := []struct {
-		name   string
-		inject func(t *testing.T) (undo func())
-	}{
-		{"healthy", func(*testing.T) func() { return func() {} }},
-		{"paused", func(t *testing.T) func() { return scPause(t, shared, 2) }},
-		{"blackholed", func(t *testing.T) func() { return scCut(t, shared, 1) }},
-		// Stopped for longer than the TTL, then started empty: a key it
-		// lost had expired everywhere by then.
-		{"killed-and-restarted", func(t *testing.T) func() { return scStop(t, shared, 4) }},
-	}
-	for _, f := range faults {
+	for _, f := range faultCases() {
 		t.Run(f.name, func(t *testing.T) {
 			p := prefix(t, 2*ttl+2*time.Second)
 			clients := scClients(t, 3, scOpts(ttl, 150*time.Millisecond)...)
