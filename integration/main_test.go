@@ -60,6 +60,13 @@ func goleakOptions() []goleak.Option {
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		// The harness' in-process toxiproxy (v2.5.0): removing a
+		// blackhole toxic (Heal) from a link that carried traffic can
+		// leave the link's stub blocked sending to a stage that is gone,
+		// also after Stop. It is the proxy's goroutine, not the client's;
+		// seen about once in two runs of the rwlock and semaphore tests
+		// alone, whose blackholed cases heal links under load.
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
 	}
 }
 
