@@ -93,9 +93,9 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 }
 
 // claim picks the waiter l's Unlock hands the lock to: the head of its
-// key's local queue, if it offers, no other Unlock is handing to it, and
-// the queue has not had maxChain handoffs in a row, and l is still valid
-// (not expired). Otherwise it returns the head that waits for a handoff
+// local queue (Lock.queue: its key's, or its semaphore's), if it offers,
+// no other Unlock is handing to it, the queue has not had maxChain
+// handoffs in a row, and l is still valid (not expired). Otherwise it returns the head that waits for a handoff
 // it will not get (to poke once the lock is released), or nil.
 func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting *offer) {
 	if !c.handoff {
@@ -103,7 +103,7 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	q := c.queues[l.k.Name]
+	q := c.queues[l.queue()]
 	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
 		return nil, nil
 	}
@@ -174,7 +174,7 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 			// A node that has not transferred (yet) may keep l's key.
 			l.releaseRest(ctx, r)
 		}
-		if !c.deliver(l.k.Name, o, next) {
+		if !c.deliver(l.queue(), o, next) {
 			// Its Lock call returned meanwhile: nobody wants the lock.
 			return next.release(ctx, false, nil)
 		}
@@ -191,7 +191,7 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	r.waitAll(ctx.Done())
 	c.rollback(ctx, next, r)
 	err := l.release(ctx, false, r.freed())
-	c.deliver(l.k.Name, o, nil)
+	c.deliver(l.queue(), o, nil)
 	return err
 }
 

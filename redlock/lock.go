@@ -20,6 +20,7 @@ type Lock struct {
 	ttl   time.Duration // the TTL it was taken with; KeepAlive extends by it
 	drift float64
 	keep  keepPolicy
+	local string // the client queue its Unlock hands it to; "": its key's (see queue)
 	// Set by grant, before the Lock is handed out, and never changed.
 	taken time.Time // start of the acquisition, for MaxHold
 	fence int64     // 0 unless fenced
@@ -43,9 +44,19 @@ type Lock struct {
 // newLock returns the lock an attempt of c with cfg tries to take as k;
 // it holds nothing until grant.
 func newLock(c *Client, k node.Key, cfg *config) *Lock {
-	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep}
+	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep, local: cfg.local}
 	l.ch = chain{c: c, k: k, shared: cfg.shared, timeout: cfg.timeout(), maxTimeout: cfg.maxTimeout()}
 	return l
+}
+
+// queue is the key of the client's local queue whose head l's Unlock
+// hands it to: its own key's, or a semaphore's for a permit (any slot
+// will do for the semaphore's waiters).
+func (l *Lock) queue() string {
+	if l.local != "" {
+		return l.local
+	}
+	return l.k.Name
 }
 
 // grant makes l held from a round that began at start, with fence (0

@@ -32,9 +32,10 @@ type config struct {
 	keep        keepPolicy
 	hooks       Hooks
 	breaker     Breaker
-	quiet       bool // release notifications off
-	fenced      bool // fencing tokens on
-	shared      bool // a read hold (RLock): node.Sharer's commands
+	quiet       bool   // release notifications off
+	fenced      bool   // fencing tokens on
+	shared      bool   // a read hold (RLock): node.Sharer's commands
+	local       string // the client queue an Unlock hands the lock to: a semaphore's (Semaphore.local); "": the key's
 	// only names the last option applied that configures a client as a
 	// whole; a Lock, TryLock or Do call refuses such an option.
 	only string

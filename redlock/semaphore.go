@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -54,8 +55,9 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	for i := range s.slots {
 		s.slots[i] = c.cfg.prefix + PermitKey(name, i)
 	}
-	// No lock can have this key (a NUL byte), so Unlock never hands a
-	// slot to the queue.
+	// Lock calls queue under their key, and no lock key is this one in
+	// practice (NUL bytes); Unlock of a permit hands its slot to this
+	// queue's head (Lock.queue).
 	s.local = "\x00sem\x00" + s.slots[0]
 	return s, nil
 }
@@ -82,8 +84,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	if err != nil {
 		return nil, err
 	}
+	cfg.local = s.local
 	start := s.c.clk.Now()
-	l, attempts, err := s.try(ctx, &cfg, nil)
+	l, attempts, err := s.try(ctx, &cfg, nil, nil)
 	s.report(l, start, attempts, err)
 	return l, err
 }
@@ -95,13 +98,17 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // error is then the *QuorumError of the last slot tried, wrapping
 // ErrNotAcquired and, when ctx ended, ctx's error. The goroutines of one
 // client waiting on the same semaphore take turns in FIFO order: only
-// the longest waiting one tries the nodes.
+// the longest waiting one tries the nodes, and an Unlock of a permit of
+// this client hands its slot straight to it (one transfer round, as a
+// Lock's handoff; at most 16 in a row, then the slot is released for
+// every client's waiters).
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err error) {
 	c := s.c
 	cfg, err := c.lockConfig(s.name, opts)
 	if err != nil {
 		return nil, err
 	}
+	cfg.local = s.local
 	start := c.clk.Now()
 	var giveUp time.Time
 	if cfg.maxWait > 0 {
@@ -131,35 +138,60 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	}
 
 	var (
-		w    *watches
-		hint []int // the slots released since the last round: tried alone
+		w     *watches
+		o     *offer
+		hint  []int // the slots released since the last round: tried alone
+		round int   // rounds that found every slot held, this call's and those of the heads whose watches it took
+		qe    *QuorumError
 	)
 	defer func() {
-		if w != nil {
+		c.withdraw(s.local, o, l)
+		if w != nil && !c.passOn(s.local, w, round) {
 			w.stop()
 		}
 	}()
-	for round := 1; ; round++ {
-		l, n, err := s.try(ctx, &cfg, hint)
-		rounds += n
-		qe, ok := err.(*QuorumError)
-		if err == nil || !ok || qe.ctxErr != nil {
-			return l, err
+	// Ready for a slot that an Unlock of this client hands over from the
+	// start: while a round tries the slots one by one, this client's
+	// holders' Unlocks hand theirs here instead of releasing them to
+	// every client's waiters.
+	o = c.offer(s.local, &cfg)
+	// The previous head's subscriptions, if it left them: every slot was
+	// held at its last round, and any release since is buffered in them,
+	// so with none this call need not try before it waits (a new head
+	// after every handoff would otherwise try every slot in vain).
+	tryNow, subscribed := true, false
+	if w, round = c.takeOver(s.local); w != nil {
+		subscribed = true
+		hint = w.pending()
+		tryNow = hint != nil || !w.listeningEach(len(s.slots), c.quorum)
+	}
+	for {
+		if tryNow {
+			l, n, err := s.try(ctx, &cfg, hint, o)
+			rounds += n
+			var ok bool
+			qe, ok = err.(*QuorumError)
+			if err == nil || !ok || qe.ctxErr != nil {
+				return l, err
+			}
+			qe.Attempts = rounds
+			round++
 		}
-		qe.Attempts = rounds
-		d, again := cfg.retry.Backoff(round)
+		tryNow = true
+		d, again := cfg.retry.Backoff(max(round, 1))
 		if !giveUp.IsZero() {
 			left := giveUp.Sub(c.clk.Now())
 			again = again && left > 0
 			d = min(d, left)
 		}
 		if !again {
-			return nil, qe
+			return nil, s.ended(qe, ctx, nil)
 		}
-		if round == 1 {
-			// Subscribed on every slot, try once more at once: a
-			// release between the round and the subscription is not
-			// missed.
+		if w == nil && !subscribed {
+			subscribed = true
+			// Every slot is held: subscribed on every slot, try
+			// once more at once (a release between the round and the
+			// subscription is not missed).
 			if w = c.watchKeys(s.slots, true); w != nil {
 				if err := w.ready(ctx, c, d); err != nil {
 					return nil, s.ended(qe, ctx, err)
@@ -168,10 +200,11 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 				continue
 			}
 		}
-		if w == nil {
-			_, err = c.sleep(ctx, d, nil, nil)
-		} else {
-			hint, err = w.anyReleased(ctx, c, d)
+		var g *Lock
+		var err error
+		hint, g, err = w.anyReleased(ctx, c, d, o)
+		if g != nil {
+			return g, nil
 		}
 		if err != nil {
 			return nil, s.ended(qe, ctx, err)
@@ -179,38 +212,130 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	}
 }
 
-// anyReleased waits for a release of any of a semaphore's slots (see
-// Client.watchKeys with perKey), for d on the client's clock, for ctx
-// or for the client's Close. It returns the slots released meanwhile
-// (nil: d passed), or ctx's error, or ErrClosed.
-func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration) ([]int, error) {
-	t := c.clk.NewTimer(d)
-	defer t.Stop()
-	cases := make([]reflect.SelectCase, 3, 3+len(w.per))
-	cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}
-	cases[1] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)}
-	cases[2] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())}
-	for _, ch := range w.per {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+// passOn leaves w, a semaphore's subscriptions, and round, its count of
+// rounds that found every slot held, to the next waiter in the client's
+// queue key, and reports whether there is one to take them (else the
+// caller stops them).
+func (c *Client) passOn(key string, w *watches, round int) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[key]
+	if q == nil || len(q.waiters) < 2 || q.passed != nil {
+		return false
 	}
-	chosen, _, _ := reflect.Select(cases)
-	switch chosen {
-	case 0:
-		return nil, ctx.Err()
-	case 1:
-		return nil, ErrClosed
-	case 2:
-		return nil, nil
+	q.passed, q.rounds = w, round
+	return true
+}
+
+// takeOver returns the subscriptions and round count that the previous
+// head of the client's queue key left (passOn); nil and 0 if none.
+func (c *Client) takeOver(key string) (*watches, int) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queues[key]
+	w, n := q.passed, q.rounds
+	q.passed, q.rounds = nil, 0
+	return w, n
+}
+
+// listeningEach reports whether each of the n keys of a watchKeys call
+// has at least need confirmed watches, so that a release of any of
+// them on a majority of nodes is heard.
+func (w *watches) listeningEach(n, need int) bool {
+	ready := make([]int, n)
+	for j, x := range w.ws { // per node, the keys in order (watchKeys)
+		select {
+		case <-x.Ready():
+			ready[j%n]++
+		default:
+		}
 	}
-	hint := []int{chosen - 3}
-	for i, ch := range w.per { // others released meanwhile
+	return slices.Min(ready) >= need
+}
+
+// pending returns the slots whose releases w has buffered, taking them;
+// nil when none.
+func (w *watches) pending() []int {
+	var hint []int
+	for i, ch := range w.per {
 		select {
 		case <-ch:
 			hint = append(hint, i)
 		default:
 		}
 	}
-	return hint, nil
+	return hint
+}
+
+// received returns a lock handed to o and not yet taken (nil: none, or a
+// poke, which the round about to start answers), without waiting.
+func (o *offer) received() *Lock {
+	if o == nil {
+		return nil
+	}
+	select {
+	case g := <-o.gift:
+		return g
+	default:
+		return nil
+	}
+}
+
+// anyReleased waits for a release of any of a semaphore's slots (see
+// Client.watchKeys with perKey; w may be nil: no notifications), for a
+// slot handed to o by an Unlock of this client (o may be nil), for d on
+// the client's clock, for ctx or for the client's Close. It returns the
+// slots released meanwhile (nil: d passed, or a local release that
+// handed nothing over), or the handed-over lock, or ctx's error, or
+// ErrClosed. A release heard while a handoff to o is under way does not
+// end the wait.
+func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer) ([]int, *Lock, error) {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	var gift chan *Lock
+	if o != nil {
+		gift = o.gift
+	}
+	cases := []reflect.SelectCase{
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(gift)},
+	}
+	const slot0 = 4
+	var per []chan struct{}
+	if w != nil {
+		per = w.per
+	}
+	for _, ch := range per {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	for {
+		chosen, v, _ := reflect.Select(cases)
+		switch chosen {
+		case 0:
+			return nil, nil, ctx.Err()
+		case 1:
+			return nil, nil, ErrClosed
+		case 2:
+			return nil, nil, nil
+		case 3:
+			g, _ := v.Interface().(*Lock)
+			return nil, g, nil
+		}
+		if c.awaited(o) {
+			continue // the handoff under way brings a slot
+		}
+		hint := []int{chosen - slot0}
+		for i, ch := range per { // others released meanwhile
+			select {
+			case <-ch:
+				hint = append(hint, i)
+			default:
+			}
+		}
+		return hint, nil, nil
+	}
 }
 
 // try makes one attempt at each slot in only (nil: at every slot, from
@@ -220,8 +345,9 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration) (
 // when so many nodes refuse for good (credentials, no scripts, ...) that
 // no slot can be had. Waiters woken by a release try the released slot
 // alone: they would find the others held, and only add load for the
-// holders' releases.
-func (s *Semaphore) try(ctx context.Context, cfg *config, only []int) (*Lock, int, error) {
+// holders' releases. A slot handed to o (nil: none) meanwhile ends the
+// round with it.
+func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer) (*Lock, int, error) {
 	n, first := len(only), 0
 	if n == 0 {
 		n = s.permits
@@ -229,6 +355,9 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int) (*Lock, in
 	}
 	var err error
 	for j := range n {
+		if g := o.received(); g != nil {
+			return g, j, nil
+		}
 		slot := (first + j) % s.permits
 		if only != nil {
 			slot = only[j]
@@ -251,8 +380,12 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int) (*Lock, in
 // ended is Acquire's error when its wait ended early: ErrClosed as it is,
 // else the last round's error with ctx's end.
 func (s *Semaphore) ended(qe *QuorumError, ctx context.Context, err error) error {
-	if err == ErrClosed {
+	switch {
+	case err == ErrClosed:
 		return err
+	case qe == nil:
+		// It waited on what the previous head knew and made no round.
+		return notStarted("acquire", s.slots[0], s.c, ctx, ErrNotAcquired)
 	}
 	qe.setContext(ctx)
 	return qe

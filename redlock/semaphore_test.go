@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
 )
 
@@ -194,4 +196,168 @@ func TestSemaphoreWaitersOfOneClientInOrder(t *testing.T) {
 			t.Fatalf("waiter %d never got the permit", want)
 		}
 	}
+}
+
+// watchHandoff is a fake node that offers both node.Handoffer and
+// node.Watcher, as the redigo node does.
+type watchHandoff struct {
+	*handoffNode
+	w *watchingNode
+}
+
+func (n watchHandoff) Watch(key, owner string, released chan<- struct{}) node.Watch {
+	return n.w.Watch(key, owner, released)
+}
+
+// semHandoffSetup is a client over three such nodes, with an hour's retry
+// delay: a waiter is woken only by a release or a handoff.
+func semHandoffSetup(t *testing.T) ([]*fakeNode, []*watchingNode, *clock.Fake, *redlock.Client) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(3, clk)
+	hs := asHandoff(fakes)
+	ws := make([]*watchingNode, len(fakes))
+	nodes := make([]node.Node, len(fakes))
+	for i, f := range fakes {
+		ws[i] = newWatching(f)
+		nodes[i] = watchHandoff{handoffNode: hs[i].(*handoffNode), w: ws[i]}
+	}
+	c := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	return fakes, ws, clk, c
+}
+
+type acquired struct {
+	l   *redlock.Lock
+	err error
+}
+
+func acquireAsync(ctx context.Context, s *redlock.Semaphore) <-chan acquired {
+	out := make(chan acquired, 1)
+	go func() {
+		l, err := s.Acquire(ctx)
+		out <- acquired{l, err}
+	}()
+	return out
+}
+
+func counts(fakes []*fakeNode, op string) []int {
+	out := make([]int, len(fakes))
+	for i, f := range fakes {
+		out[i] = f.count(op)
+	}
+	return out
+}
+
+// TestSemaphoreHandsASlotWithinClient: with every permit held, an Unlock
+// of a permit hands its slot to the client's waiting Acquire by one
+// transfer per node: no release, no retry delay (an hour), a fresh token
+// on every node.
+func TestSemaphoreHandsASlotWithinClient(t *testing.T) {
+	fakes, ws, clk, c := semHandoffSetup(t)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	a, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	b, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	rc := acquireAsync(ctx, s)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the waiter sleeps")
+	releases := counts(fakes, "release")
+
+	require.NoError(t, a.Unlock(ctx))
+	var r acquired
+	select {
+	case r = <-rc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire did not return")
+	}
+	require.NoError(t, r.err)
+	assert.Equal(t, a.Key(), r.l.Key(), "the slot handed over")
+	assert.NotEqual(t, a.Token(), r.l.Token())
+	require.Eventually(t, func() bool { return holders(fakes, a.Key(), r.l.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, releases, counts(fakes, "release"), "no release: the transfer replaced the token")
+	assert.Equal(t, []int{1, 1, 1}, counts(fakes, "transfer"))
+	require.NoError(t, r.l.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+	for _, w := range ws {
+		assert.Zero(t, w.watching(a.Key()), "a watch outlived its Acquire call")
+	}
+}
+
+// TestSemaphoreNextHeadTakesOverTheWatches: when a waiting Acquire gets a
+// slot, the next waiter of the client takes over its subscriptions and
+// sleeps on them without trying the slots, which it knows to be held
+// (before, every new head tried every slot in vain after each handoff);
+// it gets the slot by the next handoff, and the subscriptions end with
+// the last waiter.
+func TestSemaphoreNextHeadTakesOverTheWatches(t *testing.T) {
+	fakes, ws, clk, c := semHandoffSetup(t)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 1)
+	require.NoError(t, err)
+	slot := redlock.PermitKey("s", 0)
+	h, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	first := acquireAsync(ctx, s)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the first waiter sleeps")
+	second := acquireAsync(ctx, s)
+	time.Sleep(20 * time.Millisecond) // the second one queues behind the first
+	watched := ws[0].watched[slot]
+
+	require.NoError(t, h.Unlock(ctx))
+	r1 := <-first
+	require.NoError(t, r1.err)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the second waiter sleeps")
+	acquires := counts(fakes, "acquire")
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, acquires, counts(fakes, "acquire"), "the new head does not try a slot it knows is held")
+	ws[0].wmu.Lock()
+	assert.Equal(t, watched, ws[0].watched[slot], "nor subscribe again")
+	ws[0].wmu.Unlock()
+
+	require.NoError(t, r1.l.Unlock(ctx))
+	var r2 acquired
+	select {
+	case r2 = <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second Acquire did not return")
+	}
+	require.NoError(t, r2.err)
+	assert.Equal(t, []int{2, 2, 2}, counts(fakes, "transfer"), "both got the slot by a handoff")
+	require.NoError(t, r2.l.Unlock(ctx))
+	for _, w := range ws {
+		assert.Zero(t, w.watching(slot), "the subscriptions end with the last waiter")
+	}
+}
+
+// TestSemaphoreWatchesOfAWaiterThatGaveUp: subscriptions left to a
+// waiter whose call ends before its turn end with it.
+func TestSemaphoreWatchesOfAWaiterThatGaveUp(t *testing.T) {
+	_, ws, clk, c := semHandoffSetup(t)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 1)
+	require.NoError(t, err)
+	slot := redlock.PermitKey("s", 0)
+	h, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	first := acquireAsync(ctx, s)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond)
+	gctx, giveUp := context.WithCancel(ctx)
+	second := acquireAsync(gctx, s)
+	time.Sleep(20 * time.Millisecond)
+	third := acquireAsync(gctx, s)
+	time.Sleep(20 * time.Millisecond)
+
+	require.NoError(t, h.Unlock(ctx))
+	r1 := <-first
+	require.NoError(t, r1.err)
+	giveUp()
+	for _, rc := range []<-chan acquired{second, third} {
+		r := <-rc
+		require.ErrorIs(t, r.err, redlock.ErrNotAcquired)
+		require.ErrorIs(t, r.err, context.Canceled)
+	}
+	require.Eventually(t, func() bool { return ws[0].watching(slot) == 0 }, 5*time.Second, time.Millisecond, "a watch outlived every waiter")
+	require.NoError(t, r1.l.Unlock(ctx))
 }

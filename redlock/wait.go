@@ -32,6 +32,8 @@ type turnstile struct {
 	head    *offer           // the head's offer to take a handoff; nil until it makes one
 	chain   int              // handoffs in a row (see maxChain)
 	holder  *Lock            // the lock the last head left with, until its Unlock: the next head waits for its handoff
+	passed  *watches         // a semaphore's: the subscriptions the last head left to the next (Client.passOn)
+	rounds  int              // with passed: the rounds that found every slot held so far
 }
 
 // join queues a Lock call for key and returns its turn: nil when it is
@@ -56,6 +58,12 @@ func (c *Client) join(key string) (turn chan struct{}) {
 // leave takes the Lock call whose turn is turn out of key's queue; l is
 // the lock it returns (nil: none), which the next head then waits for.
 func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
+	var orphan *watches
+	defer func() {
+		if orphan != nil {
+			orphan.stop() // (outside qmu: it may write to the nodes)
+		}
+	}()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[key]
@@ -63,6 +71,7 @@ func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 	q.waiters = slices.Delete(q.waiters, i, i+1)
 	switch {
 	case len(q.waiters) == 0:
+		orphan = q.passed // left for a waiter that gave up before its turn
 		delete(c.queues, key)
 	case i == 0:
 		if l != nil {
