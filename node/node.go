@@ -164,23 +164,31 @@ type Node interface {
 }
 
 // ReleaseChannel is the pub/sub channel on which a release of key is
-// announced: key + ":released". The message is empty when the key was
-// deleted, and the Owner tag of the waiter the key is reserved for when
-// it was handed on (see Handoffer). A user's ACL must allow it (a channel
-// pattern that matches the lock keys' own pattern, e.g. &lk:* for keys
-// ~lk:*) for waiters to be woken; without it they poll.
+// announced: key + ":released", with an empty message, when the key was
+// deleted. A release that hands the key on to a waiter (see Handoffer)
+// is announced on ReleaseChannel(ReservedKey(key, owner)) instead, with
+// the waiter's Owner tag as the message, so that only the client that
+// waits there hears it (it watches ReservedKey(key, owner) besides key).
+// A user's ACL must allow these channels (a channel pattern that matches
+// the lock keys' own pattern, e.g. &lk:* for keys ~lk:*) for waiters to
+// be woken; without it they poll.
 func ReleaseChannel(key string) string { return key + ":released" }
+
+// ReservedKey is key + ":" + owner: not a key any node holds, but the
+// name whose ReleaseChannel announces that key was reserved for the
+// waiter owner (see ReleaseChannel).
+func ReservedKey(key, owner string) string { return key + ":" + owner }
 
 // Watcher is a Node that can tell a waiter when a key is released there
 // (pub/sub on ReleaseChannel). It is optional: a client works with nodes
 // that do not offer it, and waits by polling on them.
 type Watcher interface {
-	// Watch starts watching key's releases on the node: after each one
-	// that names owner or no one (owner "": after each one) it sends on
-	// released without blocking (a full channel means a wake-up is
-	// already pending). A release that reserved the key for another
-	// waiter wakes no one else. It never blocks on the network: the
-	// subscription is made in the background.
+	// Watch starts watching key's releases on the node (ReleaseChannel):
+	// after each one that names owner or no one (owner "": after each
+	// one) it sends on released without blocking (a full channel means a
+	// wake-up is already pending). It never blocks on the network: the
+	// subscription is made in the background. A waiter that the key may
+	// be reserved for also watches ReservedKey(key, owner).
 	Watch(key, owner string, released chan<- struct{}) Watch
 }
 
@@ -253,7 +261,8 @@ const WaiterLease = 2 * time.Second
 // live waiter with the lowest ticket. While anyone is queued, a free key
 // is taken only by the head's waiting attempt, and Release with announce
 // sets the key to a reservation for the head (no token: no one holds the
-// lock) for what is left of its lease and names it on ReleaseChannel;
+// lock) for what is left of its lease and announces it on the head's own
+// channel, ReleaseChannel(ReservedKey(key, head));
 // only the head's waiting attempt takes a key reserved for it. A plain
 // Acquire (no holderTTL) ignores the queue: it takes a free key, never a
 // reserved one. A node that cannot keep the queue (an ACL user without

@@ -408,7 +408,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			if queued && o == nil {
 				o = c.offer(key, cfg)
 			}
-			if w = c.watch(key); w != nil {
+			if w = c.watch(key, !cfg.shared); w != nil {
 				err = w.ready(ctx, c, d)
 				if err == nil {
 					continue

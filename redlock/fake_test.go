@@ -50,6 +50,7 @@ type watchingNode struct {
 	ready    chan struct{}
 	watchers map[string]map[*fakeWatch]struct{}
 	watched  map[string]int // Watch calls per key
+	pubs     map[string]int // announcements per key
 }
 
 type fakeWatch struct {
@@ -69,7 +70,7 @@ func (w *fakeWatch) Stop() {
 }
 
 func newWatching(f *fakeNode) *watchingNode {
-	n := &watchingNode{fakeNode: f, ready: make(chan struct{}), watchers: map[string]map[*fakeWatch]struct{}{}, watched: map[string]int{}}
+	n := &watchingNode{fakeNode: f, ready: make(chan struct{}), watchers: map[string]map[*fakeWatch]struct{}{}, watched: map[string]int{}, pubs: map[string]int{}}
 	close(n.ready)
 	f.announce = n.publish
 	return n
@@ -91,12 +92,20 @@ func (n *watchingNode) Watch(key, _ string, released chan<- struct{}) node.Watch
 func (n *watchingNode) publish(key string) {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
+	n.pubs[key]++
 	for w := range n.watchers[key] {
 		select {
 		case w.released <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// publishedOn returns how many announcements key has had on the node.
+func (n *watchingNode) publishedOn(key string) int {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	return n.pubs[key]
 }
 
 // watching returns how many watches key has on the node now.

@@ -57,15 +57,18 @@ func (n *handoffNode) head(key, skip string) (string, time.Time) {
 }
 
 // handOn frees key, held by the caller: reserved for the head of its
-// queue other than skip, or deleted; announced. Under hmu and mu.
+// queue other than skip and announced to it, or deleted and announced to
+// all. Under hmu and mu.
 func (n *handoffNode) handOn(key, skip string) {
+	channel := key
 	if h, until := n.head(key, skip); h != "" {
 		n.keys[key] = entry{token: "~" + h, until: until}
+		channel = node.ReservedKey(key, h) // only h's client hears it
 	} else {
 		delete(n.keys, key)
 	}
 	if n.announce != nil {
-		n.announce(key)
+		n.announce(channel)
 	}
 }
 

@@ -381,3 +381,54 @@ func TestQueueHeadOnAMinorityDoesNotBlock(t *testing.T) {
 	}
 	require.NoError(t, r.l.Unlock(ctx))
 }
+
+// TestReleaseWakesOnlyTheNamedClient: with two other clients queued for a
+// key, an Unlock reserves it for the head and announces that on the
+// head's own channel only (node.ReservedKey): the head's client, asleep
+// for an hour, is woken and takes the lock, and nothing is published on
+// the key's channel, which every waiting client watches. The other
+// client gets the lock when the head's Unlock names it.
+func TestReleaseWakesOnlyTheNamedClient(t *testing.T) {
+	fakes, ws, nodes, clk := watchHandoffNodes()
+	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
+	holder, a, b := handoffClient(t, nodes, clk, hour), handoffClient(t, nodes, clk, hour), handoffClient(t, nodes, clk, hour)
+	ctx := context.Background()
+	first, err := holder.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	queued := func(n int) func() bool {
+		return func() bool {
+			for _, nd := range nodes {
+				if nd.(watchHandoff).waiting("k") != n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	ra := waitIn(t, ctx, a, clk, "k", 1)
+	require.Eventually(t, queued(1), 5*time.Second, time.Millisecond, "a is queued")
+	rb := waitIn(t, ctx, b, clk, "k", 2)
+	require.Eventually(t, queued(2), 5*time.Second, time.Millisecond, "b is queued after a")
+	broadcasts := func() (n int) {
+		for _, w := range ws {
+			n += w.publishedOn("k")
+		}
+		return n
+	}
+	before := broadcasts()
+
+	require.NoError(t, first.Unlock(ctx))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err, "a, the head, is woken and takes the lock")
+	assert.Equal(t, before, broadcasts(), "nothing was published to every waiter")
+	select {
+	case got := <-rb:
+		t.Fatalf("b returned: %v", got.err)
+	default:
+	}
+	require.NoError(t, r.l.Unlock(ctx))
+	r = receiveLock(t, rb)
+	require.NoError(t, r.err, "b, named by a's Unlock")
+	require.NoError(t, r.l.Unlock(ctx))
+}

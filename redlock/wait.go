@@ -96,12 +96,25 @@ type watches struct {
 	released chan struct{}   // every node's watch sends here, or
 	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there
 	ws       []node.Watch
+	named    []node.Watch // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
 }
 
-// watch subscribes to key's releases on every node that offers it; nil
-// when notifications are off or no node offers them.
-func (c *Client) watch(key string) *watches {
-	return c.watchKeys([]string{key}, false)
+// watch subscribes to key's releases on every node that offers it, and,
+// for a waiter that the nodes may reserve the key for (named: a writer,
+// queued under the client's tag), to the releases that name this client
+// (node.ReservedKey), which no other client hears. Nil when
+// notifications are off or no node offers them.
+func (c *Client) watch(key string, named bool) *watches {
+	w := c.watchKeys([]string{key}, false)
+	if w != nil && named {
+		mine := node.ReservedKey(key, c.tag)
+		for _, n := range c.nodes {
+			if wn, ok := n.(node.Watcher); ok {
+				w.named = append(w.named, wn.Watch(mine, "", w.released))
+			}
+		}
+	}
+	return w
 }
 
 // watchKeys subscribes to the releases of keys on every node that offers
@@ -143,7 +156,7 @@ func (c *Client) watchKeys(keys []string, perKey bool) *watches {
 func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
-	for _, x := range w.ws {
+	for _, x := range slices.Concat(w.ws, w.named) {
 		select {
 		case <-x.Ready():
 		case <-t.C():
@@ -157,24 +170,34 @@ func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
 	return nil
 }
 
-// listening reports whether at least n of the watches are confirmed, so
-// that a release on a majority of nodes is heard.
+// listening reports whether at least n nodes have confirmed the
+// watches, so that a release on a majority of nodes is heard.
 func (w *watches) listening(n int) bool {
 	if w == nil {
 		return false
 	}
-	for _, x := range w.ws {
-		select {
-		case <-x.Ready():
+	for i, x := range w.ws {
+		if confirmed(x) && (w.named == nil || confirmed(w.named[i])) {
 			n--
-		default:
 		}
 	}
 	return n <= 0
 }
 
+func confirmed(x node.Watch) bool {
+	select {
+	case <-x.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *watches) stop() {
 	for _, x := range w.ws {
+		x.Stop()
+	}
+	for _, x := range w.named {
 		x.Stop()
 	}
 }

@@ -287,6 +287,16 @@ func testRelease(t *testing.T, f Factory) {
 
 // receive returns the next pub/sub message on sub ([message, channel,
 // payload]), or nil if none comes within wait.
+// subscribe returns a connection subscribed to the release channel of
+// key (node.ReleaseChannel).
+func (e *env) subscribe(t *testing.T, key string) *redistest.Admin {
+	t.Helper()
+	sub := redistest.Dial(t, "redis://"+e.addr)
+	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(key))
+	require.NoError(t, err)
+	return sub
+}
+
 func receive(t *testing.T, sub *redistest.Admin, wait time.Duration) []any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -865,15 +875,15 @@ func testHandoff(t *testing.T, f Factory) {
 	// key for b, and names b.
 	other := node.Key{Name: k.Name, Token: "tok-b", Owner: "client-b"}
 	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "client b waits")
-	sub := redistest.Dial(t, "redis://"+e.addr)
-	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(k.Name))
-	require.NoError(t, err)
+	all := e.subscribe(t, k.Name)
+	sub := e.subscribe(t, node.ReservedKey(k.Name, "client-b"))
 	third := node.Key{Name: k.Name, Token: "tok-3", Owner: "client-a"}
 	e.resultOf(h.Transfer(e.ctx, next, third, time.Minute))(node.Absent, "a transfer while another client waits")
 	assert.Equal(t, "~client-b", e.get(k.Name), "the holder's key is reserved for b instead")
 	msg := receive(t, sub, 5*time.Second)
-	require.NotNil(t, msg, "and the release announced")
+	require.NotNil(t, msg, "and the release announced to b")
 	assert.Equal(t, "client-b", string(msg[2].([]byte)), "naming b")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "and to no one else")
 	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Done, "client b takes the lock")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "its place in the queue is gone")
 
@@ -932,15 +942,17 @@ func testQueue(t *testing.T, f Factory) {
 
 	// a's release reserves the key for b, the head, and names b; nobody
 	// else takes it, a plain acquire neither.
-	sub := redistest.Dial(t, "redis://"+e.addr)
-	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(name))
-	require.NoError(t, err)
+	all := e.subscribe(t, name)
+	toB := e.subscribe(t, node.ReservedKey(name, "b"))
+	toC := e.subscribe(t, node.ReservedKey(name, "c"))
 	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
 	assert.Equal(t, "~b", e.get(name), "reserved for b")
 	assert.LessOrEqual(t, e.pttl(name), node.WaiterLease, "for what is left of b's lease")
-	msg := receive(t, sub, 5*time.Second)
+	msg := receive(t, toB, 5*time.Second)
 	require.NotNil(t, msg)
-	assert.Equal(t, "b", string(msg[2].([]byte)), "the release names b")
+	assert.Equal(t, "b", string(msg[2].([]byte)), "the release names b, on b's channel")
+	assert.Nil(t, receive(t, toC, 100*time.Millisecond), "c does not hear it")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "nor anyone else")
 	e.resultOf(e.n.Acquire(e.ctx, key("tok-c2", "c", c), time.Minute, true))(node.Taken, "c waits behind b")
 	e.resultOf(e.n.Acquire(e.ctx, key("tok-d", "", 0), time.Minute, false))(node.Taken, "a plain acquire does not take a reserved key")
 	bk := key("tok-b4", "b", b)
@@ -952,11 +964,11 @@ func testQueue(t *testing.T, f Factory) {
 	// announced to all, and nothing is left.
 	e.resultOf(e.n.Release(e.ctx, bk, true))(node.Done, "b releases")
 	assert.Equal(t, "~c", e.get(name), "reserved for c")
-	require.NotNil(t, receive(t, sub, 5*time.Second))
+	require.NotNil(t, receive(t, toC, 5*time.Second), "announced to c")
 	require.NoError(t, h.Leave(e.ctx, key("", "c", c)))
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "c's reservation is gone with it")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "and the queue")
-	msg = receive(t, sub, 5*time.Second)
+	msg = receive(t, all, 5*time.Second)
 	require.NotNil(t, msg)
 	assert.Equal(t, "", string(msg[2].([]byte)), "the key is free for all")
 
@@ -1026,9 +1038,7 @@ func testShared(t *testing.T, f Factory) {
 	e.resultOf(sh.ExtendShared(e.ctx, key("tok-x", ""), time.Minute))(node.Absent, "a token that is no reader")
 
 	// The last reader out hands the key to the waiting writer, by name.
-	sub := redistest.Dial(t, "redis://"+e.addr)
-	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(name))
-	require.NoError(t, err)
+	sub := e.subscribe(t, node.ReservedKey(name, "c"))
 	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Done, "r1 leaves")
 	assert.Equal(t, node.SharedValue, e.get(name), "r2 still reads")
 	assert.InDelta(t, 2*time.Minute, e.pttl(name), float64(5*time.Second), "the marker now lasts as long as r2")
@@ -1069,18 +1079,17 @@ func testShared(t *testing.T, f Factory) {
 	rq.Ticket = res.Ticket
 	t3 := e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Taken, "w3 waits").Ticket
 	assert.Greater(t, t3, rq.Ticket)
-	for receive(t, sub, 100*time.Millisecond) != nil { // earlier announcements
-	}
+	toW2, all := e.subscribe(t, node.ReservedKey(name, "w2")), e.subscribe(t, name)
 	e.resultOf(e.n.Release(e.ctx, w1, true))(node.Done, "w1 releases")
 	assert.Equal(t, "~w2", e.get(name), "reserved for w2, queued first")
 	e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Taken, "rq behind w2")
 	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-w2b", Owner: "w2", Ticket: t2}, time.Minute, true))(node.Done, "w2 takes its turn")
-	msg = receive(t, sub, 5*time.Second)
+	msg = receive(t, toW2, 5*time.Second)
 	require.NotNil(t, msg)
 	assert.Equal(t, "w2", string(msg[2].([]byte)))
 	e.resultOf(e.n.Release(e.ctx, key("tok-w2b", "w2"), true))(node.Done, "w2 releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "the head is a reader: the key is free, no reservation")
-	msg = receive(t, sub, 5*time.Second)
+	msg = receive(t, all, 5*time.Second)
 	require.NotNil(t, msg)
 	assert.Equal(t, "", string(msg[2].([]byte)), "announced to all")
 	w3.Ticket = t3

@@ -72,12 +72,13 @@ end
 
 -- hand_on frees KEYS[1] (held by the caller): where a waiter other than
 -- skip is queued, it reserves the key for the head (value "~" .. tag,
--- for what is left of the head's lease) and names it on the release
--- channel, so that only the head wakes and only the head may take it;
--- otherwise it deletes the key and announces it to all. A head that is
--- a reader (its tag starts with "r", see shared.lua) needs no
--- reservation: the key is deleted and announced to all, and the readers
--- queued before the first writer go in together.
+-- for what is left of the head's lease) and names it on the head's own
+-- channel, key .. ":" .. tag .. ":released" (node.ReservedKey), so that
+-- only the head's client hears it and only the head may take it;
+-- otherwise it deletes the key and announces it to all on the release
+-- channel. A head that is a reader (its tag starts with "r", see
+-- shared.lua) needs no reservation: the key is deleted and announced to
+-- all, and the readers queued before the first writer go in together.
 local function hand_on(key, wk, skip)
   local ok, head, left = pcall(function()
     if redis.call("EXISTS", wk) == 0 then
@@ -91,7 +92,7 @@ local function hand_on(key, wk, skip)
   end)
   if ok and head and string.sub(head, 1, 1) ~= "r" then
     redis.call("SET", key, "~" .. head, "PX", left)
-    redis.pcall("PUBLISH", key .. ":released", head)
+    redis.pcall("PUBLISH", key .. ":" .. head .. ":released", head)
   else
     redis.call("DEL", key)
     redis.pcall("PUBLISH", key .. ":released", "")

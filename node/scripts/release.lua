@@ -6,10 +6,11 @@
 -- ARGV[2]  "1" for an Unlock: hand on and announce (see hand_on in
 --          queue.lua); "0" for a rollback: delete quietly
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
--- The announcement goes to the key's release channel,
--- KEYS[1] .. ":released" (node.ReleaseChannel): the head's tag when the key
--- is reserved for it, "" when it was deleted. redis.pcall: an ACL user
--- without the right to publish still releases; its waiters poll.
+-- The announcement: "" on the key's release channel, KEYS[1] ..
+-- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
+-- on the head's own channel (node.ReservedKey) when the key is reserved
+-- for it. redis.pcall: an ACL user without the right to publish still
+-- releases; its waiters poll.
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
   if ARGV[2] == "1" then
