@@ -142,6 +142,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		o     *offer
 		hint  []int // the slots released since the last round: tried alone
 		round int   // rounds that found every slot held, this call's and those of the heads whose watches it took
+		own   int   // this call's rounds
 		qe    *QuorumError
 	)
 	defer func() {
@@ -176,15 +177,24 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			}
 			qe.Attempts = rounds
 			round++
+			own++
 		}
 		tryNow = true
-		d, again := cfg.retry.Backoff(max(round, 1))
+		// The delay grows with every round since every slot was last
+		// seen free (the earlier heads' too); whether to go on is this
+		// call's RetryStrategy's answer for its own rounds, and a call
+		// makes at least one.
+		d, _ := cfg.retry.Backoff(max(round, 1))
+		_, again := cfg.retry.Backoff(max(own, 1))
 		if !giveUp.IsZero() {
 			left := giveUp.Sub(c.clk.Now())
 			again = again && left > 0
 			d = min(d, left)
 		}
 		if !again {
+			if own == 0 {
+				continue
+			}
 			return nil, s.ended(qe, ctx, nil)
 		}
 		if w == nil && !subscribed {

@@ -367,3 +367,43 @@ func TestSemaphoreWatchesOfAWaiterThatGaveUp(t *testing.T) {
 	require.Eventually(t, func() bool { return ws[0].watching(slot) == 0 }, 5*time.Second, time.Millisecond, "a watch outlived every waiter")
 	require.NoError(t, r1.l.Unlock(ctx))
 }
+
+// TestSemaphoreInheritedRoundsDoNotEndACall: a waiter that takes over an
+// earlier head's subscriptions (and its count of rounds) still makes a
+// round of its own before its RetryStrategy may end it: with NoRetry it
+// tries the held slot once and reports what the nodes said.
+func TestSemaphoreInheritedRoundsDoNotEndACall(t *testing.T) {
+	_, _, clk, c := semHandoffSetup(t)
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 1)
+	require.NoError(t, err)
+	h, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	first := acquireAsync(ctx, s)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the first waiter sleeps")
+	second := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(ctx, redlock.WithRetry(redlock.NoRetry()))
+		if l != nil {
+			_ = l.Unlock(ctx)
+		}
+		second <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // queued behind the first
+
+	require.NoError(t, h.Unlock(ctx))
+	r1 := <-first
+	require.NoError(t, r1.err)
+	err = recvErr(t, second, "the second Acquire")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	var qe *redlock.QuorumError
+	require.True(t, errors.As(err, &qe))
+	taken := 0
+	for _, r := range qe.Replies {
+		if r.Status == node.Taken {
+			taken++
+		}
+	}
+	assert.GreaterOrEqual(t, taken, 2, "a round of its own found the slot held: %v", err)
+	require.NoError(t, r1.l.Unlock(ctx))
+}
