@@ -95,8 +95,9 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 // claim picks the waiter l's Unlock hands the lock to: the head of its
 // local queue (Lock.queue: its key's, or its semaphore's), if it offers,
 // no other Unlock is handing to it, the queue has not had maxChain
-// handoffs in a row, and l is still valid (not expired). Otherwise it returns the head that waits for a handoff
-// it will not get (to poke once the lock is released), or nil.
+// handoffs in a row, and l is still valid (not expired). Otherwise it
+// returns the head that waits for a handoff it will not get (to poke
+// once the lock is released), or nil.
 func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting *offer) {
 	if !c.handoff {
 		return nil, nil

@@ -57,8 +57,10 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	}
 	// Lock calls queue under their key, and no lock key is this one in
 	// practice (NUL bytes); Unlock of a permit hands its slot to this
-	// queue's head (Lock.queue).
-	s.local = "\x00sem\x00" + s.slots[0]
+	// queue's head (Lock.queue). The number of permits is part of it: a
+	// Semaphore of the same name with other permits has its own queue,
+	// subscriptions and handoffs (its waiters may not take every slot).
+	s.local = "\x00sem\x00" + strconv.Itoa(permits) + "\x00" + s.slots[0]
 	return s, nil
 }
 
@@ -86,7 +88,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	}
 	cfg.local = s.local
 	start := s.c.clk.Now()
-	l, attempts, err := s.try(ctx, &cfg, nil, nil)
+	l, attempts, _, err := s.try(ctx, &cfg, nil, nil)
 	s.report(l, start, attempts, err)
 	return l, err
 }
@@ -96,12 +98,15 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // client's retry delay) and tries again, until it holds one, the
 // RetryStrategy gives up, WithMaxWait's limit passes or ctx ends; the
 // error is then the *QuorumError of the last slot tried, wrapping
-// ErrNotAcquired and, when ctx ended, ctx's error. The goroutines of one
-// client waiting on the same semaphore take turns in FIFO order: only
-// the longest waiting one tries the nodes, and an Unlock of a permit of
-// this client hands its slot straight to it (one transfer round, as a
-// Lock's handoff; at most 16 in a row, then the slot is released for
-// every client's waiters).
+// ErrNotAcquired and, when ctx ended, ctx's error (when it ended before
+// this call tried a slot, a QuorumError without replies). The goroutines
+// of one client waiting on the same semaphore take turns in FIFO order:
+// only the longest waiting one tries the nodes; it takes over the
+// subscriptions of the one before it, and waits on them without trying
+// when no slot was heard released since that one's last round. An
+// Unlock of a permit of this client hands its slot straight to it (one
+// transfer round, as a Lock's handoff; at most 16 in a row, then the
+// slot is released for every client's waiters).
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err error) {
 	c := s.c
 	cfg, err := c.lockConfig(s.name, opts)
@@ -141,13 +146,18 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		w     *watches
 		o     *offer
 		hint  []int // the slots released since the last round: tried alone
+		heard []int // slots heard released and not tried: the next head's to try
 		round int   // rounds that found every slot held, this call's and those of the heads whose watches it took
 		own   int   // this call's rounds
 		qe    *QuorumError
 	)
 	defer func() {
 		c.withdraw(s.local, o, l)
-		if w != nil && !c.passOn(s.local, w, round) {
+		if w == nil {
+			return
+		}
+		w.rebuffer(heard)
+		if !c.passOn(s.local, w, round) {
 			w.stop()
 		}
 	}()
@@ -167,9 +177,13 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		tryNow = hint != nil || !w.listeningEach(len(s.slots), c.quorum)
 	}
 	for {
+		poked := false
 		if tryNow {
-			l, n, err := s.try(ctx, &cfg, hint, o)
+			l, n, p, err := s.try(ctx, &cfg, hint, o)
 			rounds += n
+			if l != nil && hint != nil {
+				heard = append(heard, hint[min(n, len(hint)):]...)
+			}
 			var ok bool
 			qe, ok = err.(*QuorumError)
 			if err == nil || !ok || qe.ctxErr != nil {
@@ -178,14 +192,18 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			qe.Attempts = rounds
 			round++
 			own++
+			poked = p
 		}
 		tryNow = true
 		// The delay grows with every round since every slot was last
 		// seen free (the earlier heads' too); whether to go on is this
 		// call's RetryStrategy's answer for its own rounds, and a call
 		// makes at least one.
-		d, _ := cfg.retry.Backoff(max(round, 1))
-		_, again := cfg.retry.Backoff(max(own, 1))
+		d, ok := cfg.retry.Backoff(max(round, 1))
+		dOwn, again := cfg.retry.Backoff(max(own, 1))
+		if !ok {
+			d = dOwn // the inherited count is past the strategy's end
+		}
 		if !giveUp.IsZero() {
 			left := giveUp.Sub(c.clk.Now())
 			again = again && left > 0
@@ -196,6 +214,12 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 				continue
 			}
 			return nil, s.ended(qe, ctx, nil)
+		}
+		if poked {
+			// A slot of this client was released during the round,
+			// perhaps after the round had tried it: again at once.
+			hint = nil
+			continue
 		}
 		if w == nil && !subscribed {
 			subscribed = true
@@ -211,13 +235,21 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			}
 		}
 		var g *Lock
+		var dropped []int
 		var err error
-		hint, g, err = w.anyReleased(ctx, c, d, o)
+		hint, dropped, g, err = w.anyReleased(ctx, c, d, o)
 		if g != nil {
+			heard = append(heard, dropped...)
 			return g, nil
 		}
 		if err != nil {
+			heard = append(heard, dropped...)
 			return nil, s.ended(qe, ctx, err)
+		}
+		if dropped != nil {
+			hint = append(hint, dropped...)
+			slices.Sort(hint)
+			hint = slices.Compact(hint)
 		}
 	}
 }
@@ -277,17 +309,18 @@ func (w *watches) pending() []int {
 	return hint
 }
 
-// received returns a lock handed to o and not yet taken (nil: none, or a
-// poke, which the round about to start answers), without waiting.
-func (o *offer) received() *Lock {
+// received returns a lock handed to o and not yet taken (nil: none),
+// without waiting, and whether o was poked instead (a slot of this
+// client was released without a handoff).
+func (o *offer) received() (*Lock, bool) {
 	if o == nil {
-		return nil
+		return nil, false
 	}
 	select {
 	case g := <-o.gift:
-		return g
+		return g, g == nil
 	default:
-		return nil
+		return nil, false
 	}
 }
 
@@ -296,10 +329,11 @@ func (o *offer) received() *Lock {
 // slot handed to o by an Unlock of this client (o may be nil), for d on
 // the client's clock, for ctx or for the client's Close. It returns the
 // slots released meanwhile (nil: d passed, or a local release that
-// handed nothing over), or the handed-over lock, or ctx's error, or
-// ErrClosed. A release heard while a handoff to o is under way does not
-// end the wait.
-func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer) ([]int, *Lock, error) {
+// handed nothing over: try them all), or the handed-over lock, or ctx's
+// error, or ErrClosed. A release heard while a handoff to o is under way
+// does not end the wait: such slots come back as dropped, for the caller
+// to try, or to leave to the next waiter (watches.rebuffer).
+func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer) (hint, dropped []int, g *Lock, err error) {
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
 	var gift chan *Lock
@@ -324,27 +358,36 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
 		case 0:
-			return nil, nil, ctx.Err()
+			return nil, dropped, nil, ctx.Err()
 		case 1:
-			return nil, nil, ErrClosed
+			return nil, dropped, nil, ErrClosed
 		case 2:
-			return nil, nil, nil
+			return nil, nil, nil, nil
 		case 3:
-			g, _ := v.Interface().(*Lock)
-			return nil, g, nil
+			g, _ = v.Interface().(*Lock)
+			if g == nil {
+				dropped = nil // poked: every slot is tried
+			}
+			return nil, dropped, g, nil
 		}
 		if c.awaited(o) {
-			continue // the handoff under way brings a slot
+			// The handoff under way brings a slot; this one is kept
+			// in case it does not.
+			dropped = append(dropped, chosen-slot0)
+			continue
 		}
-		hint := []int{chosen - slot0}
-		for i, ch := range per { // others released meanwhile
-			select {
-			case <-ch:
-				hint = append(hint, i)
-			default:
-			}
+		return append([]int{chosen - slot0}, w.pending()...), dropped, nil, nil
+	}
+}
+
+// rebuffer puts the releases of slots back into w's channels (without
+// blocking: one pending is enough), for the next waiter that takes w.
+func (w *watches) rebuffer(slots []int) {
+	for _, i := range slots {
+		select {
+		case w.per[i] <- struct{}{}:
+		default:
 		}
-		return hint, nil, nil
 	}
 }
 
@@ -356,18 +399,20 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 // no slot can be had. Waiters woken by a release try the released slot
 // alone: they would find the others held, and only add load for the
 // holders' releases. A slot handed to o (nil: none) meanwhile ends the
-// round with it.
-func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer) (*Lock, int, error) {
+// round with it; poked says o was poked during the round (a slot of this
+// client was released, perhaps after the round had tried it).
+func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer) (l *Lock, attempts int, poked bool, err error) {
 	n, first := len(only), 0
 	if n == 0 {
 		n = s.permits
 		first = rand.IntN(s.permits)
 	}
-	var err error
 	for j := range n {
-		if g := o.received(); g != nil {
-			return g, j, nil
+		g, p := o.received()
+		if g != nil {
+			return g, j, poked, nil
 		}
+		poked = poked || p
 		slot := (first + j) % s.permits
 		if only != nil {
 			slot = only[j]
@@ -375,20 +420,22 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer) 
 		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, false, 0)
 		switch {
 		case aerr != nil:
-			return nil, j + 1, aerr
+			return nil, j + 1, poked, aerr
 		case qe == nil:
-			return l, j + 1, nil
+			return l, j + 1, poked, nil
 		}
 		err = qe
 		if qe.ctxErr != nil || s.c.hopeless(qe.perm) {
-			return nil, j + 1, qe
+			return nil, j + 1, poked, qe
 		}
 	}
-	return nil, n, err
+	return nil, n, poked, err
 }
 
 // ended is Acquire's error when its wait ended early: ErrClosed as it is,
-// else the last round's error with ctx's end.
+// else the last round's error with ctx's end, or, when the call made no
+// round (it waited on what the previous head knew), a QuorumError
+// without replies.
 func (s *Semaphore) ended(qe *QuorumError, ctx context.Context, err error) error {
 	switch {
 	case err == ErrClosed:

@@ -91,7 +91,8 @@ func (c *Client) heldHere(key string) bool {
 	return h != nil && h.TTL() > 0
 }
 
-// watches are one Lock call's subscriptions to its key's releases.
+// watches are one Lock call's subscriptions to its key's releases (a
+// semaphore's pass from one waiting Acquire to the next, see passOn).
 type watches struct {
 	released chan struct{}   // every node's watch sends here, or
 	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there

@@ -285,8 +285,6 @@ func testRelease(t *testing.T, f Factory) {
 	e.resultOf(e.n.Release(e.ctx, k, true))(node.Absent, "release of an absent key")
 }
 
-// receive returns the next pub/sub message on sub ([message, channel,
-// payload]), or nil if none comes within wait.
 // subscribe returns a connection subscribed to the release channel of
 // key (node.ReleaseChannel).
 func (e *env) subscribe(t *testing.T, key string) *redistest.Admin {
@@ -297,6 +295,8 @@ func (e *env) subscribe(t *testing.T, key string) *redistest.Admin {
 	return sub
 }
 
+// receive returns the next pub/sub message on sub ([message, channel,
+// payload]), or nil if none comes within wait.
 func receive(t *testing.T, sub *redistest.Admin, wait time.Duration) []any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
