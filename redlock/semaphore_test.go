@@ -407,3 +407,45 @@ func TestSemaphoreInheritedRoundsDoNotEndACall(t *testing.T) {
 	assert.GreaterOrEqual(t, taken, 2, "a round of its own found the slot held: %v", err)
 	require.NoError(t, r1.l.Unlock(ctx))
 }
+
+// TestSemaphoresOfOneNameWithOtherPermitsQueueApart: in one client, a
+// Semaphore of 2 permits does not queue behind one of 4 with the same
+// name: it is never handed slot 3, which it does not have, and takes
+// slot 1 when that is released.
+func TestSemaphoresOfOneNameWithOtherPermitsQueueApart(t *testing.T) {
+	fakes, _, clk, c := semHandoffSetup(t)
+	ctx := context.Background()
+	s4, err := c.Semaphore("s", 4)
+	require.NoError(t, err)
+	s2, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	held := map[string]*redlock.Lock{}
+	for range 4 {
+		l, err := s4.TryAcquire(ctx)
+		require.NoError(t, err)
+		held[l.Key()] = l
+	}
+	a := acquireAsync(ctx, s4)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond)
+	b := acquireAsync(ctx, s2)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 2 }, 5*time.Second, time.Millisecond, "b waits on its own")
+
+	require.NoError(t, held[redlock.PermitKey("s", 0)].Unlock(ctx))
+	ra := <-a
+	require.NoError(t, ra.err)
+	assert.Equal(t, redlock.PermitKey("s", 0), ra.l.Key(), "handed to the 4-permit waiter")
+	require.NoError(t, held[redlock.PermitKey("s", 3)].Unlock(ctx))
+	select {
+	case rb := <-b:
+		t.Fatalf("the 2-permit waiter got %q (err %v)", rb.l.Key(), rb.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.Eventually(t, func() bool { return holders(fakes, redlock.PermitKey("s", 3), "") == 3 }, 5*time.Second, time.Millisecond, "slot 3 released")
+	require.NoError(t, held[redlock.PermitKey("s", 1)].Unlock(ctx))
+	rb := <-b
+	require.NoError(t, rb.err)
+	assert.Equal(t, redlock.PermitKey("s", 1), rb.l.Key())
+	for _, l := range []*redlock.Lock{ra.l, rb.l, held[redlock.PermitKey("s", 2)]} {
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
