@@ -290,6 +290,30 @@ func TestSemaphoreHandsASlotWithinClient(t *testing.T) {
 	}
 }
 
+// oneSlotAwaited is a semaphore of one permit on semHandoffSetup's
+// client, held by held, with a first Acquire asleep behind it (its
+// result to come on first).
+type oneSlotAwaited struct {
+	fakes []*fakeNode
+	ws    []*watchingNode
+	clk   *clock.Fake
+	s     *redlock.Semaphore
+	held  *redlock.Lock
+	first <-chan acquired
+}
+
+func awaitOneSlot(t *testing.T) oneSlotAwaited {
+	t.Helper()
+	fakes, ws, clk, c := semHandoffSetup(t)
+	s, err := c.Semaphore("s", 1)
+	require.NoError(t, err)
+	h, err := s.TryAcquire(context.Background())
+	require.NoError(t, err)
+	first := acquireAsync(context.Background(), s)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the first waiter sleeps")
+	return oneSlotAwaited{fakes: fakes, ws: ws, clk: clk, s: s, held: h, first: first}
+}
+
 // TestSemaphoreNextHeadTakesOverTheWatches: when a waiting Acquire gets a
 // slot, the next waiter of the client takes over its subscriptions and
 // sleeps on them without trying the slots, which it knows to be held
@@ -297,16 +321,11 @@ func TestSemaphoreHandsASlotWithinClient(t *testing.T) {
 // it gets the slot by the next handoff, and the subscriptions end with
 // the last waiter.
 func TestSemaphoreNextHeadTakesOverTheWatches(t *testing.T) {
-	fakes, ws, clk, c := semHandoffSetup(t)
+	a := awaitOneSlot(t)
+	fakes, ws, clk, h, first := a.fakes, a.ws, a.clk, a.held, a.first
 	ctx := context.Background()
-	s, err := c.Semaphore("s", 1)
-	require.NoError(t, err)
 	slot := redlock.PermitKey("s", 0)
-	h, err := s.TryAcquire(ctx)
-	require.NoError(t, err)
-	first := acquireAsync(ctx, s)
-	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the first waiter sleeps")
-	second := acquireAsync(ctx, s)
+	second := acquireAsync(ctx, a.s)
 	time.Sleep(20 * time.Millisecond) // the second one queues behind the first
 	watched := ws[0].watched[slot]
 
@@ -340,15 +359,10 @@ func TestSemaphoreNextHeadTakesOverTheWatches(t *testing.T) {
 // TestSemaphoreWatchesOfAWaiterThatGaveUp: subscriptions left to a
 // waiter whose call ends before its turn end with it.
 func TestSemaphoreWatchesOfAWaiterThatGaveUp(t *testing.T) {
-	_, ws, clk, c := semHandoffSetup(t)
+	a := awaitOneSlot(t)
+	ws, s, h, first := a.ws, a.s, a.held, a.first
 	ctx := context.Background()
-	s, err := c.Semaphore("s", 1)
-	require.NoError(t, err)
 	slot := redlock.PermitKey("s", 0)
-	h, err := s.TryAcquire(ctx)
-	require.NoError(t, err)
-	first := acquireAsync(ctx, s)
-	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond)
 	gctx, giveUp := context.WithCancel(ctx)
 	second := acquireAsync(gctx, s)
 	time.Sleep(20 * time.Millisecond)
@@ -373,14 +387,9 @@ func TestSemaphoreWatchesOfAWaiterThatGaveUp(t *testing.T) {
 // round of its own before its RetryStrategy may end it: with NoRetry it
 // tries the held slot once and reports what the nodes said.
 func TestSemaphoreInheritedRoundsDoNotEndACall(t *testing.T) {
-	_, _, clk, c := semHandoffSetup(t)
+	a := awaitOneSlot(t)
+	s, h, first := a.s, a.held, a.first
 	ctx := context.Background()
-	s, err := c.Semaphore("s", 1)
-	require.NoError(t, err)
-	h, err := s.TryAcquire(ctx)
-	require.NoError(t, err)
-	first := acquireAsync(ctx, s)
-	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the first waiter sleeps")
 	second := make(chan error, 1)
 	go func() {
 		l, err := s.Acquire(ctx, redlock.WithRetry(redlock.NoRetry()))
@@ -394,7 +403,7 @@ func TestSemaphoreInheritedRoundsDoNotEndACall(t *testing.T) {
 	require.NoError(t, h.Unlock(ctx))
 	r1 := <-first
 	require.NoError(t, r1.err)
-	err = recvErr(t, second, "the second Acquire")
+	err := recvErr(t, second, "the second Acquire")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	var qe *redlock.QuorumError
 	require.True(t, errors.As(err, &qe))
