@@ -313,6 +313,21 @@ func (f *fakeNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Durat
 	return node.Result{Status: node.Done}, nil
 }
 
+// notShared is not_shared in shared.lua on the fake: what an extend or
+// release of a reader answers when key does not hold the readers' marker
+// (Taken: a writer holds it; Absent: it is free), and false when readers
+// hold it. Under mu.
+func (f *fakeNode) notShared(key string) (node.Result, bool) {
+	e, ok := f.get(key)
+	switch {
+	case !ok:
+		return node.Result{Status: node.Absent}, true
+	case e.token != node.SharedValue:
+		return node.Result{Status: node.Taken}, true
+	}
+	return node.Result{}, false
+}
+
 // ExtendShared is extend_shared.lua on the fake.
 func (f *fakeNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
 	if err := f.hook(ctx, "extend"); err != nil {
@@ -320,11 +335,8 @@ func (f *fakeNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Durati
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if e, ok := f.get(k.Name); !ok || e.token != node.SharedValue {
-		if ok {
-			return node.Result{Status: node.Taken}, nil
-		}
-		return node.Result{Status: node.Absent}, nil
+	if res, ok := f.notShared(k.Name); ok {
+		return res, nil
 	}
 	rs := f.liveReaders(k.Name)
 	end, ok := rs[k.Token]
@@ -345,11 +357,8 @@ func (f *fakeNode) ReleaseShared(ctx context.Context, k node.Key, announce bool)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if e, ok := f.get(k.Name); !ok || e.token != node.SharedValue {
-		if ok {
-			return node.Result{Status: node.Taken}, nil
-		}
-		return node.Result{Status: node.Absent}, nil
+	if res, ok := f.notShared(k.Name); ok {
+		return res, nil
 	}
 	rs := f.liveReaders(k.Name)
 	_, mine := rs[k.Token]

@@ -22,6 +22,19 @@ func keysOn(f *fakeNode) int {
 	return len(f.keys)
 }
 
+// holdAll takes every permit of s by TryAcquire and returns them by slot
+// key.
+func holdAll(t *testing.T, s *redlock.Semaphore) map[string]*redlock.Lock {
+	t.Helper()
+	held := map[string]*redlock.Lock{}
+	for range s.Permits() {
+		l, err := s.TryAcquire(context.Background())
+		require.NoError(t, err)
+		held[l.Key()] = l
+	}
+	return held
+}
+
 // TestSemaphoreBadInput: bad arguments are ErrInvalid and write nothing;
 // a closed client is ErrClosed.
 func TestSemaphoreBadInput(t *testing.T) {
@@ -65,12 +78,7 @@ func TestSemaphoreAdmitsAtMostPermits(t *testing.T) {
 	ctx := context.Background()
 	s, err := c.Semaphore("s", 3)
 	require.NoError(t, err)
-	held := map[string]*redlock.Lock{}
-	for range 3 {
-		l, err := s.TryAcquire(ctx)
-		require.NoError(t, err)
-		held[l.Key()] = l
-	}
+	held := holdAll(t, s)
 	assert.Len(t, held, 3, "each holder has its own slot")
 	for i := range 3 {
 		assert.Contains(t, held, redlock.PermitKey("s", i))
@@ -428,12 +436,7 @@ func TestSemaphoresOfOneNameWithOtherPermitsQueueApart(t *testing.T) {
 	require.NoError(t, err)
 	s2, err := c.Semaphore("s", 2)
 	require.NoError(t, err)
-	held := map[string]*redlock.Lock{}
-	for range 4 {
-		l, err := s4.TryAcquire(ctx)
-		require.NoError(t, err)
-		held[l.Key()] = l
-	}
+	held := holdAll(t, s4)
 	a := acquireAsync(ctx, s4)
 	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond)
 	b := acquireAsync(ctx, s2)

@@ -59,13 +59,7 @@ func (c *Client) join(key string) (turn chan struct{}) {
 // the lock it returns (nil: none), which the next head then waits for.
 func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 	var orphan *watches
-	defer func() {
-		if orphan != nil {
-			orphan.stop() // (outside qmu: it may write to the nodes)
-		}
-	}()
 	c.qmu.Lock()
-	defer c.qmu.Unlock()
 	q := c.queues[key]
 	i := slices.Index(q.waiters, turn)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
@@ -78,6 +72,10 @@ func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 			q.holder = l
 		}
 		close(q.waiters[0])
+	}
+	c.qmu.Unlock()
+	if orphan != nil {
+		orphan.stop() // outside qmu: it may write to the nodes
 	}
 }
 
