@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -68,20 +69,37 @@ type Scripts struct {
 func LuaScripts() Scripts { return luaScripts }
 
 var luaScripts = Scripts{
-	Acquire:       newLua(queueLua+acquireLua, 2),
+	Acquire:       newLua(acquireLua, 2, queueLua),
 	Extend:        newLua(extendLua, 1),
-	Release:       newLua(queueLua+releaseLua, 2),
+	Release:       newLua(releaseLua, 2, queueLua),
 	Inspect:       newLua(inspectLua, 2),
 	AcquireFenced: newLua(acquireFencedLua, 2),
 	ConfirmFence:  newLua(confirmFenceLua, 2),
-	Transfer:      newLua(queueLua+transferLua, 2),
-	Leave:         newLua(queueLua+leaveLua, 2),
-	AcquireShared: newLua(queueLua+sharedLua+acquireSharedLua, 3),
-	ExtendShared:  newLua(queueLua+sharedLua+extendSharedLua, 2),
-	ReleaseShared: newLua(queueLua+sharedLua+releaseSharedLua, 3),
+	Transfer:      newLua(transferLua, 2, queueLua),
+	Leave:         newLua(leaveLua, 2, queueLua),
+	AcquireShared: newLua(acquireSharedLua, 3, queueLua, sharedLua),
+	ExtendShared:  newLua(extendSharedLua, 2, queueLua, sharedLua),
+	ReleaseShared: newLua(releaseSharedLua, 3, queueLua, sharedLua),
 }
 
-func newLua(src string, keys int) Script {
+// libraryLine is where a script wants its libraries (queue.lua,
+// shared.lua): a script runs its whole text on every call, and each of
+// their function definitions costs a closure, so a script answers its
+// common case above this line and pays for them only below it.
+const libraryLine = "--[[libraries]]\n"
+
+// newLua assembles a script: libs spliced in at its libraryLine, or
+// prepended when it has none.
+func newLua(main string, keys int, libs ...string) Script {
+	src := main
+	if len(libs) > 0 {
+		lib := strings.Join(libs, "")
+		if head, rest, ok := strings.Cut(main, libraryLine); ok {
+			src = head + lib + rest
+		} else {
+			src = lib + main
+		}
+	}
 	h := sha1.Sum([]byte(src))
 	return Script{Src: src, Hash: hex.EncodeToString(h[:]), Keys: keys}
 }

@@ -1,5 +1,6 @@
 -- acquire.lua: set the lock key for a waiter, in its turn; otherwise say how
--- long it has left. (queue.lua is prepended.)
+-- long it has left. (queue.lua is spliced in at
+-- --[[libraries]], see node.LuaScripts.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the caller's token
@@ -24,18 +25,20 @@
 -- and the caller heads the queue. Its ticket: see queue_join.
 local key, wk, token, ttl, tag = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local v = redis.call("GET", key)
-if v == token then
-  redis.call("PEXPIRE", key, ttl)
-  if tag ~= "" then
-    pcall(queue_drop, wk, tag)
-  end
-  return {ok = "OK"}
-end
 if tag == "" then
-  if v then
+  if v == token then
+    redis.call("PEXPIRE", key, ttl)
+    return {ok = "OK"}
+  elseif v then
     return redis.call("PTTL", key)
   end
   redis.call("SET", key, token, "PX", ttl)
+  return {ok = "OK"}
+end
+--[[libraries]]
+if v == token then
+  redis.call("PEXPIRE", key, ttl)
+  pcall(queue_drop, wk, tag)
   return {ok = "OK"}
 end
 local ok, head, mine, lease = pcall(function()

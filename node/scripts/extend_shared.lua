@@ -1,5 +1,6 @@
 -- extend_shared.lua: lengthen a reader's hold while it still has one.
--- (queue.lua and shared.lua are prepended.)
+-- (queue.lua and shared.lua are spliced in at --[[libraries]], see
+-- node.LuaScripts.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its readers (node.ReadersKey)
 -- ARGV[1]  the reader's token
@@ -8,6 +9,8 @@
 --          ARGV[2] from now), 0 a writer holds the key, -1 the token holds
 --          nothing here. Never shortened, as extend.lua.
 local key, rk, token, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
+local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
+--[[libraries]]
 local gone = not_shared(key)
 if gone then
   return gone

@@ -1,5 +1,6 @@
--- queue.lua: the waiter queue of a lock key, prepended to every script that
--- reads or changes it (acquire, release, transfer, leave).
+-- queue.lua: the waiter queue of a lock key, spliced into every script that
+-- reads or changes it (acquire, release, transfer, leave) at its line
+-- --[[libraries]] (prepended to one without that line).
 -- KEYS[2] of those scripts (node.WaitersKey) is a hash: per waiting client
 -- tag (node.Key.Owner), "<ticket>:<lease end>", the lease end in the node's
 -- milliseconds (TIME); field "#" holds the last ticket given out. The head

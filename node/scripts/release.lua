@@ -1,5 +1,6 @@
 -- release.lua: free a lock key only while it still holds the caller's token,
--- handing it to the head of its queue. (queue.lua is prepended.)
+-- handing it to the head of its queue. (queue.lua is spliced in at
+-- --[[libraries]], see node.LuaScripts.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the caller's token
@@ -12,14 +13,25 @@
 -- for it. redis.pcall: an ACL user without the right to publish still
 -- releases; its waiters poll.
 local v = redis.call("GET", KEYS[1])
-if v == ARGV[1] then
-  if ARGV[2] == "1" then
-    hand_on(KEYS[1], KEYS[2], nil)
-  else
-    redis.call("DEL", KEYS[1])
+if v ~= ARGV[1] then
+  if v then
+    return 0
   end
-  return 1
-elseif v then
-  return 0
+  return -1
 end
-return -1
+-- The common case, before the libraries are defined (each definition
+-- costs the script a closure per call): a rollback, or an Unlock with no
+-- one queued, frees the key and announces it to all, as hand_on would.
+-- redis.pcall: a user that may not run EXISTS takes hand_on's path.
+if ARGV[2] ~= "1" then
+  redis.call("DEL", KEYS[1])
+  return 1
+end
+if redis.pcall("EXISTS", KEYS[2]) == 0 then
+  redis.call("DEL", KEYS[1])
+  redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
+  return 1
+end
+--[[libraries]]
+hand_on(KEYS[1], KEYS[2], nil)
+return 1

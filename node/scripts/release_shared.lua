@@ -1,5 +1,5 @@
 -- release_shared.lua: end a reader's hold. (queue.lua and shared.lua are
--- prepended.)
+-- spliced in at --[[libraries]], see node.LuaScripts.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey)
 -- KEYS[3]  its readers (node.ReadersKey)
@@ -12,10 +12,32 @@
 -- and announces that; a rollback deletes it quietly. Otherwise the marker
 -- lives on for the remaining readers, as long as the last of them.
 local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local gone = not_shared(key)
-if gone then
-  return gone
+local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
+local v = redis.call("GET", key)
+if v ~= MARKER then
+  return v and 0 or -1 -- a writer holds it, or it is free
 end
+local all = redis.call("HGETALL", rk)
+if #all == 2 and all[1] == token and (ARGV[2] ~= "1" or redis.pcall("EXISTS", wk) == 0) then
+  -- The last reader out, no one queued (the common case, before the
+  -- libraries are defined: each definition costs the script a closure
+  -- per call): free the key as the code below would. redis.pcall: a
+  -- user that may not run EXISTS takes hand_on's path.
+  if redis.replicate_commands then
+    redis.replicate_commands() -- TIME before a write (Redis < 5)
+  end
+  local t = redis.call("TIME")
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call("DEL", rk, key)
+  if ARGV[2] == "1" then
+    redis.pcall("PUBLISH", key .. ":released", "")
+  end
+  if tonumber(all[2]) > now then
+    return 1
+  end
+  return -1
+end
+--[[libraries]]
 local now = now_ms()
 local mine = tonumber(redis.call("HGET", rk, token) or "0")
 local last = readers_last(rk, now, token)

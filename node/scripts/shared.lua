@@ -1,5 +1,6 @@
--- shared.lua: the readers of a key held shared (RLock), prepended after
--- queue.lua to acquire_shared, extend_shared and release_shared.
+-- shared.lua: the readers of a key held shared (RLock), spliced in after
+-- queue.lua into acquire_shared, extend_shared and release_shared, which
+-- define MARKER before it.
 -- While readers hold it, the lock key (KEYS[1]) holds the marker
 -- "!readers" (node.SharedValue), which no token equals, so a writer's
 -- SET NX, extend and release never take, lengthen or delete it; it lives
@@ -10,8 +11,6 @@
 -- tag prefixed with "r" (client tags are hex): a reader goes in when no
 -- writer holds the key or has it reserved and no live writer is queued
 -- before it, so readers and writers take turns in the order they came.
-local MARKER = "!readers"
-
 -- not_shared returns what an extend or release of a reader answers when
 -- key does not hold the marker: 0 a writer holds it, -1 it is free; nil
 -- when readers hold it.
