@@ -365,7 +365,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				if !giveUp.IsZero() {
 					d = max(0, min(d, giveUp.Sub(c.clk.Now())))
 				}
-				g, err := c.sleep(ctx, d, nil, o)
+				g, err := c.sleep(ctx, d, nil, o, 0)
 				switch {
 				case g != nil:
 					return g, attempt - 1, nil
@@ -436,7 +436,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				d = min(d, qe.freeIn)
 			}
 			var g *Lock
-			if g, err = c.sleep(ctx, d, w.wake(), o); g != nil {
+			if g, err = c.sleep(ctx, d, w, o, c.spread()); g != nil {
 				return g, attempt, nil
 			}
 		}
@@ -456,22 +456,57 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 // announcement it missed.
 const queuePoll = node.WaiterLease / 3
 
-// sleep waits d on the client's clock, or until wake receives, or until
-// o (nil: none) receives a handoff: then it returns the lock handed over
-// (nil: the lock was released without a handoff, try now). A release
-// heard while a handoff to o is under way does not end the wait. It
-// returns ctx's error if ctx ends first, ErrClosed if the client is
-// closed first.
-func (c *Client) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, o *offer) (*Lock, error) {
+// sleep waits d on the client's clock, or until w (nil: none) hears a
+// release, or until o (nil: none) receives a handoff: then it returns the
+// lock handed over (nil: the lock was released without a handoff, try
+// now). A release heard while a handoff to o is under way does not end
+// the wait. A release that reserves the key for this waiter is announced
+// by each node as it gets there: the wait ends once a majority announced
+// it, so that the attempt that follows finds the key reserved on a
+// majority, or grace after the first announcement (another node's may be
+// lost, or that node reserved the key for another waiter); grace 0 ends it
+// at the first. It returns
+// ctx's error if ctx ends first, ErrClosed if the client is closed first.
+func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offer, grace time.Duration) (*Lock, error) {
 	var gift chan *Lock
 	if o != nil {
 		gift = o.gift
 	}
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
+	var (
+		heard   int
+		late    clock.Timer
+		lateC   <-chan time.Time
+		wake    = w.wake()
+		reserve = w.reservations()
+	)
+	defer func() {
+		if late != nil {
+			late.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-t.C():
+			return nil, nil
+		case <-reserve:
+			if heard++; heard < c.quorum && grace > 0 {
+				if late == nil {
+					late = c.clk.NewTimer(grace)
+					lateC = late.C()
+				}
+				continue
+			}
+			if c.awaited(o) {
+				continue
+			}
+			return nil, nil
+		case <-lateC:
+			lateC = nil
+			if c.awaited(o) {
+				continue
+			}
 			return nil, nil
 		case <-wake:
 			if c.awaited(o) {

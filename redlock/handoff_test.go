@@ -432,3 +432,76 @@ func TestReleaseWakesOnlyTheNamedClient(t *testing.T) {
 	require.NoError(t, r.err, "b, named by a's Unlock")
 	require.NoError(t, r.l.Unlock(ctx))
 }
+
+// TestNamedWakeWaitsForAMajority: a release that reserves the key for a
+// waiter reaches the nodes one by one, and each announces it. The waiter
+// tries once a majority announced (its attempt then finds the key
+// reserved on a majority), not at the first announcement, when its
+// attempt would fail on the nodes still held; a majority that does not
+// announce in time (grace, about a round trip) does not keep it asleep.
+func TestNamedWakeWaitsForAMajority(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
+	// No WithNodeTimeout: the grace comes from the nodes' round trips.
+	opts := []redlock.Option{redlock.WithClock(clk), redlock.WithTTL(10 * time.Second), hour}
+	holder, err := redlock.New(nodes, opts...)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, holder.Close()) }()
+	waiter, err := redlock.New(nodes, opts...)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, waiter.Close()) }()
+	ctx := context.Background()
+
+	first, err := holder.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	ra := waitIn(t, ctx, waiter, clk, "k", 1)
+	require.Eventually(t, func() bool {
+		for _, nd := range nodes {
+			if nd.(watchHandoff).waiting("k") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the waiter is queued on every node")
+	attempts := func() (n int) {
+		for _, f := range fakes {
+			n += f.count("acquire")
+		}
+		return n
+	}
+	// The holder's release reaches node 0 only: the key is reserved for
+	// the waiter there, and node 0 announces it.
+	timers := clk.Waiters()
+	before := attempts()
+	_, err = nodes[0].Release(ctx, node.Key{Name: "k", Token: first.Token()}, true)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return clk.Waiters() > timers }, 5*time.Second, time.Millisecond,
+		"one announcement starts the grace timer")
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, before, attempts(), "no attempt on one announcement of three")
+
+	// The grace passes without a second announcement: the waiter tries,
+	// and fails (nodes 1 and 2 are still held), and waits again.
+	clk.Advance(time.Second)
+	require.Eventually(t, func() bool { return attempts() >= before+3 }, 5*time.Second, time.Millisecond,
+		"after the grace the waiter tries")
+	require.Eventually(t, func() bool { return clk.Waiters() >= timers }, 5*time.Second, time.Millisecond)
+	select {
+	case r := <-ra:
+		t.Fatalf("Lock returned with the key held on two nodes of three: %v", r.err)
+	default:
+	}
+
+	// The release reaches nodes 1 and 2: a majority announced it, and the
+	// waiter takes the lock without its retry delay (an hour).
+	before = attempts()
+	for _, nd := range nodes[1:] {
+		_, err = nd.Release(ctx, node.Key{Name: "k", Token: first.Token()}, true)
+		require.NoError(t, err)
+	}
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	assert.Equal(t, before+3, attempts(), "one attempt, once a majority announced")
+	require.NoError(t, r.l.Unlock(ctx))
+}

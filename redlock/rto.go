@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -122,4 +123,30 @@ func (c *Client) nodeTimeout(i int) time.Duration {
 		return c.cfg.timeout()
 	}
 	return c.rtts[i].timeout(c.cfg.timeout(), c.cfg.maxTimeout())
+}
+
+// spread is how long after one node announces a release the others of a
+// majority can be expected to announce it too: the quorum-th shortest of
+// the nodes' round-trip timeouts (srtt + 4 deviations, without the
+// default's floor), as a release's fan-out reaches the nodes within about
+// a round trip of one another. 0 before there are estimates, or with a
+// fixed node timeout (no estimates): then a waiter tries at the first
+// announcement.
+func (c *Client) spread() time.Duration {
+	if c.rtts == nil {
+		return 0
+	}
+	var d [16]time.Duration
+	ds := d[:0]
+	for i := range c.rtts {
+		e := &c.rtts[i]
+		if s := e.srtt.Load(); s > 0 {
+			ds = append(ds, time.Duration(s+4*e.rttvar.Load()))
+		}
+	}
+	if len(ds) < c.quorum {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[c.quorum-1]
 }

@@ -95,7 +95,8 @@ type watches struct {
 	released chan struct{}   // every node's watch sends here, or
 	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there
 	ws       []node.Watch
-	named    []node.Watch // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
+	named    []node.Watch  // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
+	reserved chan struct{} // every named watch sends here: room for one reservation per node (see Client.sleep)
 }
 
 // watch subscribes to key's releases on every node that offers it, and,
@@ -107,9 +108,10 @@ func (c *Client) watch(key string, named bool) *watches {
 	w := c.watchKeys([]string{key}, false)
 	if w != nil && named {
 		mine := node.ReservedKey(key, c.tag)
+		w.reserved = make(chan struct{}, len(c.nodes))
 		for _, n := range c.nodes {
 			if wn, ok := n.(node.Watcher); ok {
-				w.named = append(w.named, wn.Watch(mine, "", w.released))
+				w.named = append(w.named, wn.Watch(mine, "", w.reserved))
 			}
 		}
 	}
@@ -208,6 +210,15 @@ func (w *watches) wake() <-chan struct{} {
 		return nil
 	}
 	return w.released
+}
+
+// reservations returns the channel a reservation for this waiter is
+// announced on, once per node; nil (never) without named watches.
+func (w *watches) reservations() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.reserved
 }
 
 // freeIn estimates, from a failed attempt's replies, when the holder's
