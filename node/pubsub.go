@@ -12,27 +12,43 @@ import (
 
 // subscriber is a Redis node's one pub/sub connection, shared by every
 // watch on that node, with a reference count per channel: a channel is
-// subscribed while it has watches. It connects on the first Watch and
-// reconnects, with backoff, until the node is closed; after a reconnect
-// it subscribes again to every channel. Messages published while it was
-// down are lost, which is why a waiter never relies on them alone.
+// subscribed while it has watches, and lingers for a while after its last
+// one stops (see linger). It connects on the first Watch and reconnects,
+// with backoff, until the node is closed; after a reconnect it subscribes
+// again to every channel that has watches. Messages published while it
+// was down are lost, which is why a waiter never relies on them alone.
 type subscriber struct {
 	dial    func(context.Context) (redis.Conn, error)
 	timeout time.Duration // of a dial
 	idle    time.Duration // how long a read waits before a PING
+	linger  time.Duration // how long a channel stays subscribed without watches
 
-	mu      sync.Mutex // guards everything below, and writes to conn
-	conn    redis.Conn // nil while disconnected
-	subs    map[string]*channel
-	started bool
-	closed  bool
-	done    chan struct{} // closed when the loop has ended
+	mu        sync.Mutex // guards everything below, and writes to conn
+	conn      redis.Conn // nil while disconnected
+	subs      map[string]*channel
+	lingering int       // channels in subs without watches
+	swept     time.Time // the last sweep of lingering channels
+	started   bool
+	closed    bool
+	done      chan struct{} // closed when the loop has ended
 }
+
+// A channel whose last watch stopped stays subscribed for linger, at most
+// maxLingering of them per node: a client that waits for the same key
+// again soon (one lock taken in turns by a few hosts, a semaphore's slots)
+// then finds its watch ready at once, and sends no UNSUBSCRIBE and
+// SUBSCRIBE per wait. A lingering channel costs the messages published on
+// it, which no one reads.
+const (
+	linger       = 5 * time.Second
+	maxLingering = 64
+)
 
 // channel is one subscribed channel and its watches.
 type channel struct {
 	confirmed bool // the node confirmed the SUBSCRIBE on the current connection
 	watches   map[*watch]struct{}
+	idleSince time.Time // when its last watch stopped; zero while it has watches
 }
 
 // watch is a Watch on one channel.
@@ -47,8 +63,7 @@ type watch struct {
 
 func (w *watch) Ready() <-chan struct{} { return w.ready }
 
-// Stop removes the watch, and unsubscribes its channel when it was the
-// last one.
+// Stop removes the watch; its channel lingers when it was the last one.
 func (w *watch) Stop() {
 	s := w.s
 	s.mu.Lock()
@@ -60,13 +75,37 @@ func (w *watch) Stop() {
 	ch := s.subs[w.name]
 	delete(ch.watches, w)
 	if len(ch.watches) == 0 {
-		delete(s.subs, w.name)
-		s.send("UNSUBSCRIBE", w.name)
+		now := time.Now()
+		ch.idleSince = now
+		s.lingering++
+		s.sweep(now)
 	}
 }
 
+// sweep unsubscribes the channels that lingered for linger, and more of
+// them while there are more than maxLingering; it looks at most every
+// linger/4 unless there are too many. The caller holds s.mu.
+func (s *subscriber) sweep(now time.Time) {
+	if s.lingering == 0 || (s.lingering <= maxLingering && now.Sub(s.swept) < s.linger/4) {
+		return
+	}
+	s.swept = now
+	for name, ch := range s.subs {
+		if len(ch.watches) == 0 && (now.Sub(ch.idleSince) >= s.linger || s.lingering > maxLingering) {
+			s.drop(name)
+		}
+	}
+}
+
+// drop unsubscribes a lingering channel. The caller holds s.mu.
+func (s *subscriber) drop(name string) {
+	delete(s.subs, name)
+	s.lingering--
+	s.send("UNSUBSCRIBE", name)
+}
+
 func newSubscriber(dial func(context.Context) (redis.Conn, error), timeout time.Duration) *subscriber {
-	return &subscriber{dial: dial, timeout: timeout, idle: 5 * time.Second, subs: map[string]*channel{}, done: make(chan struct{})}
+	return &subscriber{dial: dial, timeout: timeout, idle: 5 * time.Second, linger: linger, subs: map[string]*channel{}, done: make(chan struct{})}
 }
 
 // Watch watches key's release channel.
@@ -85,10 +124,14 @@ func (r *Redis) Watch(key, owner string, released chan<- struct{}) Watch {
 		go s.loop()
 	}
 	ch := s.subs[name]
-	if ch == nil {
+	switch {
+	case ch == nil:
 		ch = &channel{watches: map[*watch]struct{}{}}
 		s.subs[name] = ch
 		s.send("SUBSCRIBE", name)
+	case len(ch.watches) == 0:
+		ch.idleSince = time.Time{} // lingering: watched again
+		s.lingering--
 	}
 	ch.watches[w] = struct{}{}
 	if ch.confirmed {
@@ -185,15 +228,19 @@ func (s *subscriber) attach(c redis.Conn) bool {
 	return true
 }
 
-// detach drops c; no channel is confirmed until the next connection
-// confirms it.
+// detach drops c, and the lingering channels with it; no channel is
+// confirmed until the next connection confirms it.
 func (s *subscriber) detach(c redis.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == c {
 		s.conn = nil
 	}
-	for _, ch := range s.subs {
+	for name, ch := range s.subs {
+		if len(ch.watches) == 0 {
+			s.drop(name) // nothing is sent: there is no connection
+			continue
+		}
 		ch.confirmed = false
 	}
 	c.Close()
@@ -224,6 +271,7 @@ func (s *subscriber) read(c redis.Conn) {
 			}
 			pinged = true
 			s.mu.Lock()
+			s.sweep(time.Now())
 			s.send("PING")
 			s.mu.Unlock()
 		}
@@ -253,6 +301,9 @@ func (s *subscriber) confirm(name string) {
 func (s *subscriber) notify(name, to string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.lingering > 0 {
+		s.sweep(time.Now()) // messages on a lingering channel keep the reads from idling
+	}
 	if ch := s.subs[name]; ch != nil {
 		for w := range ch.watches {
 			if to != "" && w.owner != "" && w.owner != to {

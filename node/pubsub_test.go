@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -41,7 +42,8 @@ func released(t *testing.T, ch <-chan struct{}, want bool) {
 }
 
 // TestWatchCountsReferences: one subscription per channel per node,
-// however many watches; gone with the last watch and at Close.
+// however many watches; it lingers after the last watch (a new watch is
+// ready at once), is gone after the linger, and at Close.
 func TestWatchCountsReferences(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
@@ -74,9 +76,35 @@ func TestWatchCountsReferences(t *testing.T) {
 	wa.Stop()
 	assert.Equal(t, int64(1), numsub(t, admin, ch), "b still watches")
 	wb.Stop()
-	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, r.Lingering())
+	assert.Equal(t, int64(1), numsub(t, admin, ch), "lingers after its last watch")
 	wc := r.Watch("k", "", a)
-	ready(t, wc)
+	select {
+	case <-wc.Ready():
+	default:
+		t.Fatal("a watch on a lingering channel is not ready at once")
+	}
+	assert.Equal(t, 0, r.Lingering())
+	_, err = r.Acquire(bg, k, time.Minute, false)
+	require.NoError(t, err)
+	_, err = r.Release(bg, k, true)
+	require.NoError(t, err)
+	released(t, a, true) // the lingering subscription was live
+
+	r.SetLinger(50 * time.Millisecond)
+	wc.Stop()
+	time.Sleep(100 * time.Millisecond)
+	// Any message makes the subscriber sweep: the linger is over.
+	_, err = r.Acquire(bg, k, time.Minute, false)
+	require.NoError(t, err)
+	_, err = r.Release(bg, k, true)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"unsubscribed after the linger")
+	assert.Equal(t, 0, r.Lingering())
+
+	wd := r.Watch("k", "", a)
+	ready(t, wd)
 	require.NoError(t, r.Close())
 	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"a subscription outlived Close")
@@ -154,4 +182,24 @@ func TestAcquireReportsTheHoldersTTL(t *testing.T) {
 	res, err = r.Acquire(bg, node.NewKey("k", "me"), time.Minute, false)
 	require.NoError(t, err)
 	assert.Equal(t, node.Result{Status: node.Taken}, res, "SET NX GET: taken, TTL unknown")
+}
+
+// TestWatchLingersBounded: at most 64 channels per node stay subscribed
+// without watches.
+func TestWatchLingersBounded(t *testing.T) {
+	url := redistest.Start(t)
+	r, err := node.Dial(url, node.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	released := make(chan struct{}, 1)
+	var ws []node.Watch
+	for i := range 70 {
+		w := r.Watch("k"+strconv.Itoa(i), "", released)
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		ready(t, w)
+		w.Stop()
+	}
+	assert.Equal(t, 64, r.Lingering())
 }
