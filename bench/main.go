@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -88,8 +89,17 @@ func main() {
 		setups  = flag.String("setups", "", "comma-separated subset of set-ups to run (direct: no proxies; proxied: all nodes behind proxies; mixed: only the faulty node behind one); default all")
 		before  = flag.String("before", "results/before-ccc0598.md", "report of an earlier run (its own harness) to compare with; skipped when missing")
 		profDir = flag.String("allocprofile", "", "after the scenarios, write per-contender allocation profiles (MemProfileRate=1, direct nodes) to this directory")
+		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (every contender: tell them apart by package; for diagnosis)")
 	)
 	flag.Parse()
+	if *cpuProf != "" {
+		stop, err := startCPUProfile(*cpuProf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		defer stop()
+	}
 	p := params{
 		quick: *quick, rounds: 16, roundDur: 400 * time.Millisecond, warmup: 300 * time.Millisecond,
 		tail: time.Second, tailBH: 6 * time.Second, settleDur: 300 * time.Millisecond,
@@ -122,7 +132,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -fault-node must be in [0, 4]")
 		os.Exit(2)
 	}
-	os.Exit(run(p, *out, watchdog))
+	code := run(p, *out, watchdog)
+	if code != 0 {
+		os.Exit(code)
+	}
+}
+
+// startCPUProfile starts a CPU profile into path and returns what stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // idSet reads a comma-separated list of ids; nil when it is empty (all).
