@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,11 +109,41 @@ type breaker struct {
 	cooldown time.Duration // of the current or next open period
 	reopen   time.Time     // open: when a probe may go
 	gen      uint64        // counts state changes; results of older calls are dropped
+
+	// quiet is gen+1 while the breaker is closed with no failure
+	// counted, else 0; written under mu, read without it: a healthy
+	// node's calls are let through and their successes recorded
+	// without the lock or the clock (see quick and quickDone).
+	quiet atomic.Uint64
 }
 
 func newBreaker(cfg Breaker) *breaker {
 	cfg = cfg.withDefaults()
-	return &breaker{cfg: cfg, cooldown: cfg.Cooldown}
+	b := &breaker{cfg: cfg, cooldown: cfg.Cooldown}
+	b.quiet.Store(1)
+	return b
+}
+
+// quick is allow for a quiet breaker: ok and the generation, without the
+// lock or the time; ok false means ask allow.
+func (b *breaker) quick() (ok bool, gen uint64) {
+	if q := b.quiet.Load(); q != 0 {
+		return true, q - 1
+	}
+	return false, 0
+}
+
+// quickDone reports whether a success of a call let through at gen
+// changes nothing: the breaker is still quiet, at gen. Otherwise ask done.
+func (b *breaker) quickDone(gen uint64) bool { return b.quiet.Load() == gen+1 }
+
+// settle updates quiet after a change; the caller holds b.mu.
+func (b *breaker) settle() {
+	if b.state == BreakerClosed && b.fails == 0 {
+		b.quiet.Store(b.gen + 1)
+	} else {
+		b.quiet.Store(0)
+	}
 }
 
 // transition is a change of state that allow or done made, for hooks and
@@ -129,6 +160,7 @@ func (b *breaker) allow(now time.Time) (ok bool, gen uint64, t transition) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.settle()
 	t.from = b.state
 	switch b.state {
 	case BreakerOpen:
@@ -152,6 +184,7 @@ func (b *breaker) done(now time.Time, gen uint64, down bool) (t transition) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.settle()
 	t.from = b.state
 	if gen == b.gen {
 		switch {
@@ -202,6 +235,7 @@ func (b *breaker) unsent(now time.Time, gen uint64) (t transition) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.settle()
 	t.from = b.state
 	if gen == b.gen && b.state == BreakerHalfOpen {
 		b.reopen = now

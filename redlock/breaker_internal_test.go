@@ -11,14 +11,49 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// call runs one call through b at now with the given outcome; it reports
-// whether the call was let through.
+// call runs one call through b at now with the given outcome, as the
+// client does (quick and quickDone first); it reports whether the call
+// was let through.
 func call(b *breaker, now time.Time, down bool) bool {
-	ok, gen, _ := b.allow(now)
-	if ok {
+	ok, gen := b.quick()
+	if !ok {
+		ok, gen, _ = b.allow(now)
+	}
+	if ok && (down || !b.quickDone(gen)) {
 		b.done(now, gen, down)
 	}
 	return ok
+}
+
+// TestBreakerQuietPath: the lock-free path answers only for a closed
+// breaker with no failure counted, and with its current generation, so
+// that a result from before a change of state is still dropped.
+func TestBreakerQuietPath(t *testing.T) {
+	b := newBreaker(Breaker{Failures: 2, Cooldown: time.Second, Span: -1})
+	ok, gen := b.quick()
+	require.True(t, ok)
+	assert.True(t, b.quickDone(gen))
+	require.True(t, call(b, t0, true))
+	ok, _ = b.quick()
+	assert.False(t, ok, "a failure is counted: the locked path")
+	require.True(t, call(b, t0, false))
+	require.True(t, call(b, t0, false))
+	ok, _ = b.quick()
+	assert.True(t, ok, "successes outnumber the failure: quiet again")
+	require.True(t, call(b, t0, true))
+	require.True(t, call(b, t0, true))
+	assert.Equal(t, BreakerOpen, b.state)
+	ok, _ = b.quick()
+	assert.False(t, ok, "open")
+	assert.False(t, b.quickDone(gen), "a call let through before the change")
+	ok, probe, _ := b.allow(t0.Add(time.Second))
+	require.True(t, ok, "the probe")
+	ok, _ = b.quick()
+	assert.False(t, ok, "half-open")
+	b.done(t0.Add(time.Second), probe, false)
+	ok, now := b.quick()
+	require.True(t, ok, "closed by the probe")
+	assert.NotEqual(t, gen, now, "a new generation")
 }
 
 // TestBreakerOpensAfterThreshold: failures open the breaker at the

@@ -127,6 +127,9 @@ func (c *Client) allow(i int) (bool, uint64) {
 	if c.breakers == nil {
 		return true, 0
 	}
+	if ok, gen := c.breakers[i].quick(); ok {
+		return true, gen
+	}
 	ok, gen, t := c.breakers[i].allow(c.clk.Now())
 	c.breakerMoved(i, t)
 	return ok, gen
@@ -134,7 +137,7 @@ func (c *Client) allow(i int) (bool, uint64) {
 
 // record tells node i's breaker how a call it let through ended.
 func (c *Client) record(i int, gen uint64, err error) {
-	if c.breakers == nil {
+	if c.breakers == nil || (err == nil && c.breakers[i].quickDone(gen)) {
 		return
 	}
 	if errors.Is(err, errPrevPending) {
@@ -147,7 +150,7 @@ func (c *Client) record(i int, gen uint64, err error) {
 // unused tells node i's breaker that a call it let through was not made
 // (the command passed: see round.passes).
 func (c *Client) unused(i int, gen uint64) {
-	if c.breakers != nil {
+	if c.breakers != nil && !c.breakers[i].quickDone(gen) {
 		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
 	}
 }
