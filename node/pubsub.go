@@ -217,6 +217,11 @@ func (s *subscriber) attach(c redis.Conn) bool {
 	if s.closed {
 		return false
 	}
+	for name, ch := range s.subs {
+		if len(ch.watches) == 0 {
+			s.drop(name) // lingered while disconnected: nothing is sent
+		}
+	}
 	s.conn = c
 	if len(s.subs) > 0 {
 		names := make([]any, 0, len(s.subs))

@@ -203,3 +203,26 @@ func TestWatchLingersBounded(t *testing.T) {
 	}
 	assert.Equal(t, 64, r.Lingering())
 }
+
+// TestWatchLingeringGoesWithTheConnection: a reconnect subscribes again
+// to the channels that have watches, not to those that only lingered.
+func TestWatchLingeringGoesWithTheConnection(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{})
+	require.NoError(t, err)
+	defer r.Close()
+	woke := make(chan struct{}, 1)
+	kept, gone := r.Watch("kept", "", woke), r.Watch("gone", "", woke)
+	defer kept.Stop()
+	ready(t, kept)
+	ready(t, gone)
+	gone.Stop()
+	require.Equal(t, 1, r.Lingering())
+	_, err = admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return numsub(t, admin, node.ReleaseChannel("kept")) == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the watched channel is subscribed again")
+	assert.Equal(t, int64(0), numsub(t, admin, node.ReleaseChannel("gone")), "the lingering one is not")
+	assert.Equal(t, 0, r.Lingering())
+}

@@ -381,6 +381,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		// Only an attempt after a failed one asks the nodes for the
 		// holder's TTL (by script): the first attempt of a Lock call, and
 		// TryLock's only one, stay one plain SET per node.
+		w.forget()
 		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1, ticket)
 		switch {
 		case err != nil:
@@ -489,7 +490,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 	for {
 		select {
 		case <-t.C():
-			return nil, nil
+			return given(gift), nil
 		case <-reserve:
 			if heard++; heard < c.quorum && grace > 0 {
 				if late == nil {
@@ -501,13 +502,13 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 			if c.awaited(o) {
 				continue
 			}
-			return nil, nil
+			return given(gift), nil
 		case <-lateC:
 			lateC = nil
 			if c.awaited(o) {
 				continue
 			}
-			return nil, nil
+			return given(gift), nil
 		case <-wake:
 			if c.awaited(o) {
 				// A handoff to this call is under way; the release
@@ -515,7 +516,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 				// client's waiter.
 				continue
 			}
-			return nil, nil
+			return given(gift), nil
 		case g := <-gift:
 			return g, nil
 		case <-ctx.Done():
@@ -523,6 +524,18 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 		case <-c.done:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// given returns a lock handed over on gift (nil: none) that came at the
+// same moment as the wake-up that ends a sleep, so that the call takes it
+// rather than try the nodes against it.
+func given(gift chan *Lock) *Lock {
+	select {
+	case g := <-gift:
+		return g
+	default:
+		return nil
 	}
 }
 

@@ -212,6 +212,22 @@ func (w *watches) wake() <-chan struct{} {
 	return w.released
 }
 
+// forget drops the reservations announced so far: an attempt is about to
+// find out what the nodes hold, and only announcements that come after it
+// began say something it did not see.
+func (w *watches) forget() {
+	if w == nil {
+		return
+	}
+	for {
+		select {
+		case <-w.reserved:
+		default:
+			return
+		}
+	}
+}
+
 // reservations returns the channel a reservation for this waiter is
 // announced on, once per node; nil (never) without named watches.
 func (w *watches) reservations() <-chan struct{} {
