@@ -1,6 +1,7 @@
 -- transfer.lua: hand a lock from its holder to the next holder of the same
 -- client in one step, unless a waiter of another client is queued.
--- (queue.lua is prepended.)
+-- (queue.lua is spliced in at
+-- --[[libraries]], see node.LuaScripts.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the holder's token
@@ -21,6 +22,16 @@ end
 if v and v ~= ARGV[1] then
   return 0
 end
+-- No one queued (the common case: the client's next holder waits for
+-- the handoff without queueing on the nodes), answered before the
+-- libraries are defined. HLEN, not EXISTS: a user that may not run the
+-- hash commands cannot read the queue, and takes the path below, which
+-- releases.
+if redis.pcall("HLEN", KEYS[2]) == 0 then
+  redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+  return 1
+end
+--[[libraries]]
 local ok, others = pcall(function()
   local h = queue_head(KEYS[2], now_ms(), ARGV[4])
   return h ~= nil
