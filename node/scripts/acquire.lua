@@ -35,19 +35,30 @@ if tag == "" then
   redis.call("SET", key, token, "PX", ttl)
   return {ok = "OK"}
 end
---[[libraries]]
-if v == token then
-  redis.call("PEXPIRE", key, ttl)
-  pcall(queue_drop, wk, tag)
+if v == token or v == "~" .. tag then
+  -- Already the caller's (the same command run twice), or reserved for
+  -- it (its turn, see hand_on): take it and leave the queue, as below,
+  -- before the libraries are defined (queue_drop inline; redis.pcall: a
+  -- user without the hash commands has no entry to drop).
+  if v == token then
+    redis.call("PEXPIRE", key, ttl)
+  else
+    redis.call("SET", key, token, "PX", ttl)
+  end
+  redis.pcall("HDEL", wk, tag)
+  if redis.pcall("HLEN", wk) == 1 then
+    redis.call("DEL", wk) -- only the ticket counter is left
+  end
   return {ok = "OK"}
 end
+--[[libraries]]
 local ok, head, mine, lease = pcall(function()
   local now = now_ms()
   local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now)
   local h, hl = queue_head(wk, now, nil)
   return h, mine, hl - now
 end)
-if v == "~" .. tag or (not v and (not ok or head == tag)) then
+if not v and (not ok or head == tag) then
   redis.call("SET", key, token, "PX", ttl)
   if ok then
     pcall(queue_drop, wk, tag)
