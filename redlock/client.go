@@ -465,9 +465,9 @@ const queuePoll = node.WaiterLease / 3
 // by each node as it gets there: the wait ends once a majority announced
 // it, so that the attempt that follows finds the key reserved on a
 // majority, or grace after the first announcement (another node's may be
-// lost, or that node reserved the key for another waiter); grace 0 ends it
-// at the first. It returns
-// ctx's error if ctx ends first, ErrClosed if the client is closed first.
+// lost, or that node reserved the key for another waiter); grace 0 ends
+// it at the first. It returns ctx's error if ctx ends first, ErrClosed if
+// the client is closed first.
 func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offer, grace time.Duration) (*Lock, error) {
 	var gift chan *Lock
 	if o != nil {
@@ -499,24 +499,9 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 				}
 				continue
 			}
-			if c.awaited(o) {
-				continue
-			}
-			return given(gift), nil
 		case <-lateC:
 			lateC = nil
-			if c.awaited(o) {
-				continue
-			}
-			return given(gift), nil
 		case <-wake:
-			if c.awaited(o) {
-				// A handoff to this call is under way; the release
-				// heard is the nodes handing the key to another
-				// client's waiter.
-				continue
-			}
-			return given(gift), nil
 		case g := <-gift:
 			return g, nil
 		case <-ctx.Done():
@@ -524,6 +509,14 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 		case <-c.done:
 			return nil, ErrClosed
 		}
+		// A release was heard. While a handoff to this call is under
+		// way, it is the nodes handing the key to another client's
+		// waiter, or reserving it for this client, whose lock is on its
+		// way here: wait for the handoff.
+		if c.awaited(o) {
+			continue
+		}
+		return given(gift), nil
 	}
 }
 
