@@ -44,6 +44,13 @@ if v == token or v == "~" .. tag then
     redis.call("PEXPIRE", key, ttl)
   else
     redis.call("SET", key, token, "PX", ttl)
+    -- As queue_join would: the counter reaches the caller's ticket, so
+    -- that a waiter that queues here after it gets a larger one, as it
+    -- would from any other node of a majority.
+    local mine = tonumber(ARGV[5]) or 0
+    if mine > 0 and (tonumber(redis.pcall("HGET", wk, "#")) or 0) < mine then
+      redis.pcall("HSET", wk, "#", mine)
+    end
   end
   redis.pcall("HDEL", wk, tag)
   if redis.pcall("HLEN", wk) == 1 then
