@@ -153,7 +153,9 @@ func TestQueueRebuildsAfterMajorityRestart(t *testing.T) {
 
 	scStop(t, shared, 0, 1, 2)()
 	for i := range 3 {
-		require.Empty(t, scToken(t, shared, i, key), "node %d restarted empty", i)
+		// Empty, or already taken by a waiter's poll (queuePoll apart)
+		// that came in between the restart and this read.
+		require.NotEqual(t, l.Token(), scToken(t, shared, i, key), "node %d restarted without the holder's key", i)
 	}
 	require.ErrorIs(t, l.Unlock(context.Background()), redlock.ErrNotHeld, "the holder's keys are gone from a majority")
 
