@@ -38,6 +38,33 @@ func queuedEverywhere(t *testing.T, key string, n int) {
 	}, 10*time.Second, 5*time.Millisecond, "%d clients queued for %s on every node", n, key)
 }
 
+// lockEverywhere takes key with c and returns once its token is on every
+// node: a fresh client's first call can give up on a node while it dials
+// (the node timeout is short), and a node without the holder's key lets
+// a waiter take it there and roll back at every poll, never queued there.
+func lockEverywhere(t *testing.T, c *redlock.Client, key string) *redlock.Lock {
+	t.Helper()
+	for range 10 {
+		l, err := c.TryLock(context.Background(), key)
+		if err == nil {
+			for range 50 {
+				all := true
+				for i := range shared.Size() {
+					all = all && scToken(t, shared, i, key) == l.Token()
+				}
+				if all {
+					return l
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			_ = l.Unlock(context.Background())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s is not held on every node after 10 tries", key)
+	return nil
+}
+
 // lockIn starts c.Lock(ctx, key) in a goroutine.
 func lockIn(ctx context.Context, c *redlock.Client, key string) <-chan lockResult {
 	out := make(chan lockResult, 1)
@@ -107,8 +134,7 @@ func TestQueueKilledWaiterStopsBlocking(t *testing.T) {
 	p := prefix(t, 5*time.Second)
 	key := p + "k"
 	holder, dead, next := client(t), client(t), client(t)
-	l, err := holder.TryLock(context.Background(), key)
-	require.NoError(t, err)
+	l := lockEverywhere(t, holder, key)
 	deadLock := lockIn(context.Background(), dead, key)
 	queuedEverywhere(t, key, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -142,8 +168,7 @@ func TestQueueRebuildsAfterMajorityRestart(t *testing.T) {
 	p := prefix(t, 5*time.Second)
 	key := p + "k"
 	holder, a, b := client(t), client(t), client(t)
-	l, err := holder.TryLock(context.Background(), key)
-	require.NoError(t, err)
+	l := lockEverywhere(t, holder, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	aLock := lockIn(ctx, a, key)
