@@ -110,19 +110,27 @@ func TestWatchCountsReferences(t *testing.T) {
 		"a subscription outlived Close")
 }
 
-// TestWatchSurvivesAKilledConnection: CLIENT KILL TYPE pubsub drops the
-// subscriber; it reconnects, subscribes again and wakes its watch.
-func TestWatchSurvivesAKilledConnection(t *testing.T) {
+// watchedServer starts a server and returns a node on it, closed at the
+// end of the test, and an admin connection to it.
+func watchedServer(t *testing.T) (*node.Redis, *redistest.Admin) {
+	t.Helper()
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
 	r, err := node.Dial(url, node.Options{})
 	require.NoError(t, err)
-	defer r.Close()
+	t.Cleanup(func() { r.Close() })
+	return r, admin
+}
+
+// TestWatchSurvivesAKilledConnection: CLIENT KILL TYPE pubsub drops the
+// subscriber; it reconnects, subscribes again and wakes its watch.
+func TestWatchSurvivesAKilledConnection(t *testing.T) {
+	r, admin := watchedServer(t)
 	woke := make(chan struct{}, 1)
 	w := r.Watch("k", "", woke)
 	defer w.Stop()
 	ready(t, w)
-	_, err = admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
+	_, err := admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return numsub(t, admin, node.ReleaseChannel("k")) == 1 }, 5*time.Second, 10*time.Millisecond,
 		"subscribed again")
@@ -207,11 +215,7 @@ func TestWatchLingersBounded(t *testing.T) {
 // TestWatchLingeringGoesWithTheConnection: a reconnect subscribes again
 // to the channels that have watches, not to those that only lingered.
 func TestWatchLingeringGoesWithTheConnection(t *testing.T) {
-	url := redistest.Start(t)
-	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{})
-	require.NoError(t, err)
-	defer r.Close()
+	r, admin := watchedServer(t)
 	woke := make(chan struct{}, 1)
 	kept, gone := r.Watch("kept", "", woke), r.Watch("gone", "", woke)
 	defer kept.Stop()
@@ -219,7 +223,7 @@ func TestWatchLingeringGoesWithTheConnection(t *testing.T) {
 	ready(t, gone)
 	gone.Stop()
 	require.Equal(t, 1, r.Lingering())
-	_, err = admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
+	_, err := admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return numsub(t, admin, node.ReleaseChannel("kept")) == 1 }, 5*time.Second, 10*time.Millisecond,
 		"the watched channel is subscribed again")
