@@ -23,21 +23,19 @@
 -- before it go first, so a stream of writers cannot starve them.
 local key, wk, rk, token, ttl, tag = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
-local v = redis.call("GET", key)
-if not v and redis.call("EXISTS", wk) == 0 then
+if redis.replicate_commands then
+  redis.replicate_commands() -- TIME before a write (Redis < 5)
+end
+if redis.call("EXISTS", wk) == 0 and redis.call("SET", key, MARKER, "NX", "PX", ttl) then
   -- Free, no one queued (the common case, before the libraries are
   -- defined: each definition costs the script a closure per call): hold
   -- it as its only reader, as the code below would.
-  if redis.replicate_commands then
-    redis.replicate_commands() -- TIME before a write (Redis < 5)
-  end
   local t = redis.call("TIME")
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call("HSET", rk, token, now + ttl)
-  redis.call("SET", key, MARKER, "PX", ttl)
+  redis.call("HSET", rk, token, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)
   redis.call("PEXPIRE", rk, ttl)
   return {ok = "OK"}
 end
+local v = redis.call("GET", key)
 --[[libraries]]
 local now = now_ms()
 if v == MARKER and redis.call("HGET", rk, token) then

@@ -22,20 +22,15 @@ if #all == 2 and all[1] == token and (ARGV[2] ~= "1" or redis.pcall("EXISTS", wk
   -- The last reader out, no one queued (the common case, before the
   -- libraries are defined: each definition costs the script a closure
   -- per call): free the key as the code below would. redis.pcall: a
-  -- user that may not run EXISTS takes hand_on's path.
-  if redis.replicate_commands then
-    redis.replicate_commands() -- TIME before a write (Redis < 5)
-  end
-  local t = redis.call("TIME")
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- user that may not run EXISTS takes hand_on's path. The hold is live
+  -- without asking TIME: the marker expires with the last reader's hold
+  -- (every script that adds, extends or removes a reader sets it so),
+  -- and this token is the only reader.
   redis.call("DEL", rk, key)
   if ARGV[2] == "1" then
     redis.pcall("PUBLISH", key .. ":released", "")
   end
-  if tonumber(all[2]) > now then
-    return 1
-  end
-  return -1
+  return 1
 end
 --[[libraries]]
 local now = now_ms()
