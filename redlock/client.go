@@ -76,6 +76,7 @@ type Client struct {
 	// calls waiting for it.
 	qmu    sync.Mutex
 	queues map[string]*turnstile
+	hot    map[string]time.Time // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
 	// finish has one queue per node of releases that failed for a reason
 	// that may pass, and finishing counts the goroutines working them
 	// (see finishLater).
@@ -167,7 +168,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{},
+	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	c.lates = make([]node.LateAnswerer, n)
 	c.handoff = true
@@ -340,17 +341,30 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		waits  int    // waits for a local holder's handoff, for their delays
 		ticket int64  // this call's place in the nodes' queue for key; 0 before it has one
 	)
+	// A key this client had to wait for lately is likely held again: the
+	// call subscribes first and queues from its first attempt (see
+	// hotFor) instead of spending a round on a plain SET to learn that.
+	hot := !cfg.shared && !cfg.fenced && c.contended(key)
 	defer func() {
 		if w != nil {
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if attempt > 1 {
+		if attempt > 1 || hot {
 			// Waiting attempts registered this client as a waiter; a
 			// node that set the key dropped the registration itself.
 			c.leaveWaiters(key, cfg.shared, l)
 		}
+		if attempt > 1 && !cfg.shared {
+			c.waited(key)
+		}
 	}()
+	if hot {
+		if w = c.watch(key, true); w != nil {
+			d, _ := cfg.retry.Backoff(1)
+			_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt below
+		}
+	}
 	for attempt = 1; ; attempt++ {
 		if queued && c.heldHere(key) {
 			// A lock of this client holds the key: wait for its
@@ -382,7 +396,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		// holder's TTL (by script): the first attempt of a Lock call, and
 		// TryLock's only one, stay one plain SET per node.
 		w.forget()
-		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1, ticket)
+		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket)
 		switch {
 		case err != nil:
 			return nil, attempt, err
@@ -409,10 +423,12 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			if queued && o == nil {
 				o = c.offer(key, cfg)
 			}
-			if w = c.watch(key, !cfg.shared); w != nil {
-				err = w.ready(ctx, c, d)
-				if err == nil {
-					continue
+			if w == nil {
+				if w = c.watch(key, !cfg.shared); w != nil {
+					err = w.ready(ctx, c, d)
+					if err == nil {
+						continue
+					}
 				}
 			}
 		}

@@ -197,6 +197,9 @@ func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, h
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if holderTTL {
+		f.calls["acquire waiting"]++ // a waiting attempt: by script, queued
+	}
 	if e, ok := f.get(key); ok {
 		switch {
 		case e.token == token:

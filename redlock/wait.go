@@ -36,6 +36,48 @@ type turnstile struct {
 	rounds  int              // with passed: the rounds that found every slot held so far
 }
 
+// hotFor is how long after a Lock call on a key had to wait this client
+// counts the key as contended: its next Lock call on the key subscribes
+// to the key's releases first and queues on the nodes from its first
+// attempt, one round earlier than on a key it found free (a writer
+// queued sooner stops new readers sooner, and each turn among waiting
+// clients costs one round less). A little shorter than the nodes'
+// subscription linger (node/pubsub.go), so that the subscription is
+// usually still there and ready at once.
+const hotFor = 4 * time.Second
+
+// maxHot bounds how many keys a client remembers as contended.
+const maxHot = 64
+
+// contended reports whether a Lock call of this client on key had to
+// wait within hotFor.
+func (c *Client) contended(key string) bool {
+	c.qmu.Lock()
+	t, ok := c.hot[key]
+	c.qmu.Unlock()
+	return ok && c.clk.Since(t) < hotFor
+}
+
+// waited records that a Lock call on key had to wait. With maxHot keys
+// remembered, all of them within hotFor, it forgets nothing and does not
+// remember key.
+func (c *Client) waited(key string) {
+	now := c.clk.Now()
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if _, ok := c.hot[key]; !ok && len(c.hot) >= maxHot {
+		for k, t := range c.hot {
+			if now.Sub(t) >= hotFor {
+				delete(c.hot, k)
+			}
+		}
+		if len(c.hot) >= maxHot {
+			return
+		}
+	}
+	c.hot[key] = now
+}
+
 // join queues a Lock call for key and returns its turn: nil when it is
 // the head already, otherwise a channel closed when it becomes the head.
 // leave must be called once with the same turn, whatever happened.

@@ -79,6 +79,37 @@ func TestUnlockWakesAWaiter(t *testing.T) {
 	}
 }
 
+// TestContendedKeyQueuesFirst: once a Lock call on a key had to wait, the
+// client's next Lock call on it subscribes first and makes its first
+// attempt a waiting one (queued, asking the holder's TTL) instead of a
+// plain SET, and waits after it; a key not waited for in the last few
+// seconds gets the plain first attempt again.
+func TestContendedKeyQueuesFirst(t *testing.T) {
+	ws, clk, c := wakeSetup(t)
+	n := ws[0]
+	// lockBehind returns the attempts a Lock call made before it waited
+	// for the holder's Unlock, all but one of them plain.
+	lockBehind := func(what string) (tries int) {
+		t.Helper()
+		holder, err := c.TryLock(context.Background(), "k")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return n.token("k") != "" }, 5*time.Second, time.Millisecond)
+		a, w := n.count("acquire"), n.count("acquire waiting")
+		errc := lockAsync(c, context.Background(), "k")
+		require.Eventually(t, func() bool { return n.count("acquire waiting") > w }, 5*time.Second, time.Millisecond, what)
+		time.Sleep(5 * time.Millisecond)
+		tries = n.count("acquire") - a
+		assert.Equal(t, 1, n.count("acquire waiting")-w, "%s: one waiting attempt, then it waits", what)
+		require.NoError(t, holder.Unlock(context.Background()))
+		require.NoError(t, recvErr(t, errc, what))
+		return tries
+	}
+	assert.Equal(t, 2, lockBehind("the first wait"), "a key never waited for: a plain attempt, then a waiting one")
+	assert.Equal(t, 1, lockBehind("a wait just after one"), "a contended key: waiting from the first attempt")
+	clk.Advance(5 * time.Second)
+	assert.Equal(t, 2, lockBehind("a wait seconds later"), "no longer contended: a plain attempt first again")
+}
+
 // TestRollbackWakesNobody: the rollback of a failed attempt is not
 // announced, or competing waiters would wake each other in a loop.
 func TestRollbackWakesNobody(t *testing.T) {
