@@ -350,21 +350,17 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if attempt > 1 || hot {
+		if attempt > 1 || hot && attempt == 1 {
 			// Waiting attempts registered this client as a waiter; a
 			// node that set the key dropped the registration itself.
+			// (attempt counts those made: none when a local holder
+			// handed the key over before this call tried the nodes.)
 			c.leaveWaiters(key, cfg.shared, l)
 		}
 		if attempt > 1 && !cfg.shared {
 			c.waited(key)
 		}
 	}()
-	if hot {
-		if w = c.watch(key, true); w != nil {
-			d, _ := cfg.retry.Backoff(1)
-			_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt below
-		}
-	}
 	for attempt = 1; ; attempt++ {
 		if queued && c.heldHere(key) {
 			// A lock of this client holds the key: wait for its
@@ -394,7 +390,17 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		}
 		// Only an attempt after a failed one asks the nodes for the
 		// holder's TTL (by script): the first attempt of a Lock call, and
-		// TryLock's only one, stay one plain SET per node.
+		// TryLock's only one, stay one plain SET per node, unless the key
+		// is hot.
+		if hot && w == nil && attempt == 1 {
+			// Subscribed before the first attempt, which queues; only
+			// when this call tries the nodes (not while a lock of this
+			// client will hand the key over).
+			if w = c.watch(key, true); w != nil {
+				d, _ := cfg.retry.Backoff(1)
+				_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt
+			}
+		}
 		w.forget()
 		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket)
 		switch {
