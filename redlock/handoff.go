@@ -196,12 +196,11 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	return err
 }
 
-// setHere reports whether the chain's last command on node i has
-// returned Done (for a lock just granted: its acquire set the key there).
-func (ch *chain) setHere(i int) bool {
+// stepSet reports whether step s of the chain has returned Done (for a
+// lock just granted, the acquire's step on a node: it set the key there).
+func (ch *chain) stepSet(s *step) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	s := &ch.tail[i]
 	return s.done && s.err == nil && s.res.Status == node.Done
 }
 
@@ -258,8 +257,10 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 // (node.Handoffer.Leave), in the background, when a Lock call that waited
 // ends: on every node when it gives up, and where its lock l's acquire
 // did not set the key when it got the lock (that acquire dropped the
-// registration where it did). A waiting acquire still on its way may
-// register again after it; that registration lapses with its lease.
+// registration where it did; an acquire still on its way to a node is
+// waited for, up to a node timeout, before deciding). A waiting acquire
+// still on its way may register again after a Leave; that registration
+// lapses with its lease.
 func (c *Client) leaveWaiters(key string, shared bool, l *Lock) {
 	if !c.handoff {
 		return
@@ -269,22 +270,29 @@ func (c *Client) leaveWaiters(key string, shared bool, l *Lock) {
 		k.Owner = readerTag(c.tag)
 	}
 	for i, n := range c.nodes {
-		if l != nil && l.ch.setHere(i) {
-			continue
+		var acq *step // l's acquire on node i, which may still be on its way
+		if l != nil {
+			acq = &l.ch.tail[i]
+			if l.ch.stepSet(acq) {
+				continue
+			}
 		}
 		if !c.begin() {
 			return
 		}
 		go func() {
 			defer c.bg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
+			defer cancel()
+			if acq != nil && l.ch.await(acq, ctx.Done()) && l.ch.stepSet(acq) {
+				return // the node set the key, and dropped the registration with it
+			}
 			ok, gen := c.allow(i)
 			if !ok {
 				return
 			}
 			start := c.clk.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 			err := n.(node.Handoffer).Leave(ctx, k)
-			cancel()
 			c.record(i, gen, err)
 			c.callDone(i, "leave", c.clk.Since(start), err)
 		}()

@@ -308,6 +308,42 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 	}
 }
 
+// TestWaiterThatGetsTheLockLeavesNothing: a Lock call that waited and got
+// the lock sends no Leave to a node whose acquire set the key, also when
+// that acquire answered after the call had returned at the majority: the
+// node dropped the registration itself.
+func TestWaiterThatGetsTheLockLeavesNothing(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Second)
+	}
+	rc := waitIn(t, context.Background(), c, clk, "k", 1)
+	clk.Advance(150 * time.Millisecond) // the waiting attempt, which registers
+	require.Eventually(t, func() bool { return nodes[2].(*handoffNode).waiting("k") == 1 }, 5*time.Second, time.Millisecond, "registered")
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the waiter sleeps again")
+	gate := make(chan struct{})
+	fakes[2].mu.Lock()
+	fakes[2].before = func(ctx context.Context, op string) error {
+		if op == "acquire" {
+			<-gate
+		}
+		return nil
+	}
+	fakes[2].mu.Unlock()
+	clk.Advance(1100 * time.Millisecond) // the other holder's keys expire
+	r := receiveLock(t, rc)
+	require.NoError(t, r.err)
+	assert.Zero(t, fakes[2].count("leave"), "node 2's acquire has not answered yet")
+	close(gate)
+	require.Eventually(t, func() bool { return fakes[2].token("k") == r.l.Token() }, 5*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	for i, f := range fakes {
+		assert.Zero(t, f.count("leave"), "node %d: a Leave for a registration its acquire dropped", i)
+		assert.Zero(t, nodes[i].(*handoffNode).waiting("k"), "node %d", i)
+	}
+	require.NoError(t, r.l.Unlock(context.Background()))
+}
+
 // queueGhost queues owner for key on nodes with ticket, until its lease
 // ends at until: a waiter of another client that never comes back.
 func queueGhost(nodes []node.Node, key, owner string, ticket int64, until time.Time) {
