@@ -696,16 +696,25 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	// holder's keys expire; the error reports the round as decided.
 	n := r.Collect()
 	qe.perm = refusals(r.Replies)
-	if n.Pending > 0 && slices.Contains(qe.perm, 1) {
-		// A refusal no retry changes: wait for the other nodes' replies
-		// (one node timeout at most) to tell whether the quorum is out
-		// of reach, rather than retrying on a partial view.
+	decided := c.clk.Now()
+	if n.Pending > 0 && (wait || slices.Contains(qe.perm, 1)) {
+		// Wait for the other nodes' replies (one node timeout at most):
+		// a refusal no retry changes tells whether the quorum is out of
+		// reach; a waiting attempt sleeps until the holder's keys expire
+		// on a majority, which the first replies may overstate (a node
+		// still holding a competitor's key that is being rolled back,
+		// or a waiter's reservation, reports a TTL of seconds), and the
+		// release of such a key is not announced.
 		for n.Pending > 0 && ctx.Err() == nil {
 			n = r.Wait(ctx.Done(), n.Done+n.Pending)
 		}
 		qe.perm = refusals(r.Replies)
 	}
-	qe.freeIn = freeIn(r.Replies, c.quorum)
+	if qe.freeIn = freeIn(r.Replies, c.quorum); qe.freeIn > 0 {
+		// The TTLs count from the replies; the wait for the last ones
+		// has used part of them.
+		qe.freeIn = max(time.Millisecond, qe.freeIn-c.clk.Since(decided))
+	}
 	if wait {
 		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
 	}

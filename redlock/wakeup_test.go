@@ -110,6 +110,35 @@ func TestContendedKeyQueuesFirst(t *testing.T) {
 	assert.Equal(t, 2, lockBehind("a wait seconds later"), "no longer contended: a plain attempt first again")
 }
 
+// TestWakeAtTheHoldersExpiryFromAllReplies: a waiting attempt estimates
+// when the holder's keys free a majority from every node's reply, not
+// only those in by the decision: a node still holding a competitor's key
+// (about to be rolled back, unannounced) reports a TTL of seconds, and a
+// node that answers later reports the holder's short one.
+func TestWakeAtTheHoldersExpiryFromAllReplies(t *testing.T) {
+	ws, clk, c := wakeSetup(t)
+	ws[0].put("k", "holder", 250*time.Millisecond)
+	ws[1].put("k", "competitor", 10*time.Second)
+	ws[2].put("k", "holder", 250*time.Millisecond)
+	ws[2].mu.Lock()
+	ws[2].before = func(ctx context.Context, op string) error {
+		if op == "acquire" {
+			time.Sleep(20 * time.Millisecond) // answers after the decision
+		}
+		return nil
+	}
+	ws[2].mu.Unlock()
+	errc := lockAsync(c, context.Background(), "k")
+	require.Eventually(t, func() bool { return ws[2].count("acquire waiting") == 1 && clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the waiter sleeps")
+	clk.Advance(300 * time.Millisecond) // the holder's keys are gone from nodes 0 and 2
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter slept past the holder's expiry (its estimate counted the competitor's TTL)")
+	}
+}
+
 // TestRollbackWakesNobody: the rollback of a failed attempt is not
 // announced, or competing waiters would wake each other in a loop.
 func TestRollbackWakesNobody(t *testing.T) {
