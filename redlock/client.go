@@ -344,7 +344,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
 	// hotFor) instead of spending a round on a plain SET to learn that.
-	hot := !cfg.shared && !cfg.fenced && c.contended(key)
+	// (Lock only: TryLock never queues, and readers take no turns.)
+	hot := queued && !cfg.shared && !cfg.fenced && c.contended(key)
 	defer func() {
 		if w != nil {
 			w.stop()

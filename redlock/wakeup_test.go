@@ -91,9 +91,13 @@ func TestContendedKeyQueuesFirst(t *testing.T) {
 	// for the holder's Unlock, all but one of them plain.
 	lockBehind := func(what string) (tries int) {
 		t.Helper()
+		// The last holder's release may still be on its way to a node
+		// (Unlock returns at the majority): let it land, or its
+		// announcement would wake the waiter.
+		require.Eventually(t, func() bool { return free(ws, "k") }, 5*time.Second, time.Millisecond)
 		holder, err := c.TryLock(context.Background(), "k")
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return n.token("k") != "" }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return n.token("k") == holder.Token() }, 5*time.Second, time.Millisecond)
 		a, w := n.count("acquire"), n.count("acquire waiting")
 		errc := lockAsync(c, context.Background(), "k")
 		require.Eventually(t, func() bool { return n.count("acquire waiting") > w }, 5*time.Second, time.Millisecond, what)
@@ -106,8 +110,28 @@ func TestContendedKeyQueuesFirst(t *testing.T) {
 	}
 	assert.Equal(t, 2, lockBehind("the first wait"), "a key never waited for: a plain attempt, then a waiting one")
 	assert.Equal(t, 1, lockBehind("a wait just after one"), "a contended key: waiting from the first attempt")
+	require.Eventually(t, func() bool { return free(ws, "k") }, 5*time.Second, time.Millisecond)
+	holder, err := c.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return n.token("k") == holder.Token() }, 5*time.Second, time.Millisecond)
+	a, w := n.count("acquire"), n.count("acquire waiting")
+	_, err = c.TryLock(context.Background(), "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.Eventually(t, func() bool { return n.count("acquire") == a+1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, w, n.count("acquire waiting"), "TryLock never queues, on a contended key neither")
+	require.NoError(t, holder.Unlock(context.Background()))
 	clk.Advance(5 * time.Second)
 	assert.Equal(t, 2, lockBehind("a wait seconds later"), "no longer contended: a plain attempt first again")
+}
+
+// free reports whether key is free on every node.
+func free(ws []*watchingNode, key string) bool {
+	for _, w := range ws {
+		if w.token(key) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // TestWakeAtTheHoldersExpiryFromAllReplies: a waiting attempt estimates
