@@ -344,8 +344,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
 	// hotFor) instead of spending a round on a plain SET to learn that.
-	// (Lock only: TryLock never queues, and readers take no turns.)
-	hot := queued && !cfg.shared && !cfg.fenced && c.contended(key)
+	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
+	hot := queued && !cfg.fenced && c.contended(key)
 	defer func() {
 		if w != nil {
 			w.stop()
@@ -358,7 +358,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// handed the key over before this call tried the nodes.)
 			c.leaveWaiters(key, cfg.shared, l)
 		}
-		if attempt > 1 && !cfg.shared {
+		if attempt > 1 && queued {
 			c.waited(key)
 		}
 	}()
