@@ -157,7 +157,6 @@ func (r *round) Skip(i int) error {
 // command there has returned (see late). It runs at the bottom of a new
 // goroutine, above the node's driver: what is rare stays out of its frame.
 func (r *round) Call(i int) (node.Result, error) {
-	growStack(0)
 	c := r.ch.c
 	var start time.Time // for the NodeCall hook only
 	if c.cfg.hooks.NodeCall != nil {
@@ -439,22 +438,6 @@ func (ch *chain) wait(which []int) {
 const fenceCounterTTL = 24 * time.Hour
 
 func counterTTL(ttl time.Duration) time.Duration { return max(fenceCounterTTL, ttl) }
-
-// growStack makes the calling goroutine's stack large enough for a node
-// call (8 KB) while it is still shallow. A goroutine starts with a small
-// stack (2 KB unless the runtime has seen larger ones at its last GC), and
-// a node call through redigo needs more: growing it at the bottom of the
-// call, 25 frames deep, costs the runtime a walk over every frame, which
-// profiles at 10-15 % of a lock's CPU; growing it here, two frames deep,
-// costs a copy of a few hundred bytes. An unused stack shrinks back at GC.
-//
-// i is 0; a parameter, so that the compiler cannot drop pad.
-//
-//go:noinline
-func growStack(i int) byte {
-	var pad [4096]byte
-	return pad[i]
-}
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
