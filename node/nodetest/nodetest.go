@@ -120,6 +120,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
+	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
 }
 
@@ -1104,6 +1105,80 @@ func testShared(t *testing.T, f Factory) {
 	for _, k := range []string{name, rk, wk} {
 		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
 	}
+}
+
+// testSharedAlone checks node.Sharer for a reader alone on a key, which
+// is held in the key's value (node.SharedValue + ":" + token) with no
+// readers hash: it shuts writers out, extends, releases, hands the key to
+// a waiting writer and rolls back as a reader among others does, and a
+// second reader keeps its hold.
+func testSharedAlone(t *testing.T, f Factory) {
+	e := start(t, f)
+	sh, ok := e.n.(node.Sharer)
+	if !ok {
+		t.Skip("the node is not a node.Sharer")
+	}
+	name := "lk:alone"
+	rk, wk := node.ReadersKey(name), node.WaitersKey(name)
+	key := func(tok, owner string) node.Key { return node.Key{Name: name, Token: tok, Owner: owner} }
+	r1, r2, w, other := key("tok-r1", "ra"), key("tok-r2", "rb"), key("tok-w", "c"), key("tok-x", "")
+	empty := func(what string) {
+		t.Helper()
+		for _, k := range []string{name, rk, wk} {
+			assert.Equal(t, int64(0), e.do("EXISTS", k), "%s: %s left behind", what, k)
+		}
+	}
+
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "r1 reads alone")
+	assert.Equal(t, node.SharedValue+":tok-r1", e.get(name), "held in the value")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "no readers hash")
+	assert.InDelta(t, time.Minute, e.pttl(name), float64(5*time.Second))
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-w0", ""), time.Minute, false))(node.Taken, "a writer's acquire")
+	e.resultOf(e.n.Extend(e.ctx, key("tok-w0", ""), time.Hour))(node.Taken, "a writer's extend")
+	e.resultOf(e.n.Release(e.ctx, key("tok-w0", ""), true))(node.Taken, "a writer's release")
+	e.resultOf(sh.ExtendShared(e.ctx, r1, 3*time.Minute))(node.Done, "r1 extends")
+	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second))
+	e.resultOf(sh.ExtendShared(e.ctx, r1, time.Second))(node.Done, "a shorter extend")
+	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second), "is not a shorter hold")
+	e.resultOf(sh.ExtendShared(e.ctx, other, time.Minute))(node.Absent, "a token that is no reader extends nothing")
+	e.resultOf(sh.ReleaseShared(e.ctx, other, true))(node.Absent, "nor releases")
+	assert.Equal(t, node.SharedValue+":tok-r1", e.get(name))
+	if in, ok := e.n.(node.Inspector); ok {
+		info, err := in.Inspect(e.ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, node.SharedValue, info.Token, "inspect names a reader alone as readers")
+		assert.Equal(t, 1, info.Readers)
+	}
+
+	// A second reader moves the first to the hash, its hold unchanged.
+	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute, false))(node.Done, "r2 reads too")
+	assert.Equal(t, node.SharedValue, e.get(name))
+	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second), "r1's hold kept")
+	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Done, "r1 leaves")
+	assert.InDelta(t, time.Minute, e.pttl(name), float64(5*time.Second), "the marker now lasts as long as r2")
+	e.resultOf(sh.ReleaseShared(e.ctx, r2, true))(node.Done, "r2 leaves")
+	empty("both left")
+
+	// The same command twice; a rollback frees the key quietly.
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "r1 reads alone")
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "the same command twice")
+	e.resultOf(sh.ReleaseShared(e.ctx, r1, false))(node.Done, "r1's rollback")
+	empty("rolled back")
+
+	// The reader alone hands the key to a waiting writer, by name.
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "r1 reads alone")
+	res := e.resultOf(e.n.Acquire(e.ctx, w, time.Minute, true))(node.Taken, "the writer waits")
+	assert.InDelta(t, time.Minute, res.TTL, float64(5*time.Second), "for r1's hold")
+	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute, false))(node.Taken, "a new reader behind the waiting writer")
+	sub := e.subscribe(t, node.ReservedKey(name, "c"))
+	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Done, "r1 leaves")
+	assert.Equal(t, "~c", e.get(name), "reserved for the waiting writer")
+	msg := receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, "c", string(msg[2].([]byte)), "the release names the writer")
+	e.resultOf(e.n.Acquire(e.ctx, w, time.Minute, true))(node.Done, "the writer takes it")
+	e.resultOf(e.n.Release(e.ctx, w, true))(node.Done, "the writer releases")
+	empty("handed on")
 }
 
 // serverMicros is the server's TIME in microseconds.

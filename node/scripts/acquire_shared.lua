@@ -16,6 +16,9 @@
 --          acquire.lua: wait is the key's PTTL (a writer's, or the
 --          readers' while a writer waits before this one), or what is
 --          left of that writer's lease when the key is free.
+-- A reader alone on a free key is written into the key's value, MARKER ..
+-- ":" .. token (see shared.lua), with no readers hash and no TIME: the
+-- value's expiry is its hold's. A second reader moves it to the hash.
 -- A writer that holds the key (its token) or has it reserved ("~" .. tag)
 -- keeps readers out, and so does a live writer queued before the reader
 -- (any live writer, for a reader not queued): a waiting writer stops new
@@ -26,18 +29,27 @@ local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
 if redis.replicate_commands then
   redis.replicate_commands() -- TIME before a write (Redis < 5)
 end
-if redis.call("EXISTS", wk) == 0 and redis.call("SET", key, MARKER, "NX", "PX", ttl) then
+local SOLE = MARKER .. ":"
+if redis.call("EXISTS", wk) == 0 and redis.call("SET", key, SOLE .. token, "NX", "PX", ttl) then
   -- Free, no one queued (the common case, before the libraries are
-  -- defined: each definition costs the script a closure per call): hold
-  -- it as its only reader, as the code below would.
-  local t = redis.call("TIME")
-  redis.call("HSET", rk, token, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)
-  redis.call("PEXPIRE", rk, ttl)
+  -- defined: each definition costs the script a closure per call): the
+  -- only reader, held in the value.
   return {ok = "OK"}
 end
 local v = redis.call("GET", key)
 --[[libraries]]
 local now = now_ms()
+if v and string.sub(v, 1, #SOLE) == SOLE then
+  -- One reader, held in the value: it moves to the hash, its hold
+  -- ending with the key, which then holds the marker.
+  local left = redis.call("PTTL", key)
+  if left > 0 then
+    redis.call("HSET", rk, string.sub(v, #SOLE + 1), now + left)
+    redis.call("PEXPIRE", rk, left)
+    redis.call("SET", key, MARKER, "PX", left)
+    v = MARKER
+  end
+end
 if v == MARKER and redis.call("HGET", rk, token) then
   tag = "" -- the same command run twice: renew it
 else

@@ -10,11 +10,19 @@
 --          nothing here. Never shortened, as extend.lua.
 local key, rk, token, ttl = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
---[[libraries]]
-local gone = not_shared(key)
-if gone then
-  return gone
+local v = redis.call("GET", key)
+if v ~= MARKER then
+  if v == MARKER .. ":" .. token then
+    -- This reader alone, held in the value (see acquire_shared).
+    if redis.call("PTTL", key) < ttl then
+      redis.call("PEXPIRE", key, ttl)
+    end
+    return 1
+  end
+  -- Another reader alone, a writer, or no one.
+  return (v and string.sub(v, 1, #MARKER + 1) ~= MARKER .. ":") and 0 or -1
 end
+--[[libraries]]
 local now = now_ms()
 local e = tonumber(redis.call("HGET", rk, token) or "0")
 if e <= now then

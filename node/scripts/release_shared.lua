@@ -15,7 +15,20 @@ local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
 local v = redis.call("GET", key)
 if v ~= MARKER then
-  return v and 0 or -1 -- a writer holds it, or it is free
+  if v ~= MARKER .. ":" .. token then
+    -- Another reader alone (see acquire_shared), a writer, or no one.
+    return (v and string.sub(v, 1, #MARKER + 1) ~= MARKER .. ":") and 0 or -1
+  end
+  -- This reader alone, held in the value: the last reader out, as below.
+  if ARGV[2] ~= "1" then
+    redis.call("DEL", key)
+    return 1
+  end
+  if redis.pcall("EXISTS", wk) == 0 then
+    redis.call("DEL", key)
+    redis.pcall("PUBLISH", key .. ":released", "")
+    return 1
+  end
 end
 local all = redis.call("HGETALL", rk)
 if #all == 2 and all[1] == token and (ARGV[2] ~= "1" or redis.pcall("EXISTS", wk) == 0) then
@@ -33,6 +46,10 @@ if #all == 2 and all[1] == token and (ARGV[2] ~= "1" or redis.pcall("EXISTS", wk
   return 1
 end
 --[[libraries]]
+if v ~= MARKER then
+  hand_on(key, wk, nil) -- this reader alone, someone queued
+  return 1
+end
 local now = now_ms()
 local mine = tonumber(redis.call("HGET", rk, token) or "0")
 local last = readers_last(rk, now, token)

@@ -6,24 +6,14 @@
 -- SET NX, extend and release never take, lengthen or delete it; it lives
 -- as long as its longest-lived reader. KEYS[3] (node.ReadersKey) is a
 -- hash: per reader token, the end of its hold in the node's milliseconds
--- (TIME).
+-- (TIME). A reader alone on the key, the common case, is held in the
+-- value instead, the marker .. ":" .. its token, which equals no token
+-- either; the key's expiry is then its hold's end, and no hash is kept.
+-- A second reader moves it to the hash (acquire_shared).
 -- Waiting readers queue with writers (queue.lua), under their client's
 -- tag prefixed with "r" (client tags are hex): a reader goes in when no
 -- writer holds the key or has it reserved and no live writer is queued
 -- before it, so readers and writers take turns in the order they came.
--- not_shared returns what an extend or release of a reader answers when
--- key does not hold the marker: 0 a writer holds it, -1 it is free; nil
--- when readers hold it.
-local function not_shared(key)
-  local v = redis.call("GET", key)
-  if v == MARKER then
-    return nil
-  elseif v then
-    return 0
-  end
-  return -1
-end
-
 -- readers_last drops lapsed readers (and skip) and returns the latest
 -- end among the others, 0 when none is left.
 local function readers_last(rk, now, skip)
