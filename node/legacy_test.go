@@ -91,3 +91,68 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 	}
 	return args, nil
 }
+
+// TestReaderAloneTakesAFreeKeyByAPlainSet: a reader's first try on a free
+// key is one SET (NX GET), no script; one that finds readers there runs
+// the script in the same call, and the next readers of that key go
+// straight to the script, so that a key readers share costs each reader
+// one round trip. The server is a fake that keeps SET NX's values and
+// answers every script OK.
+func TestReaderAloneTakesAFreeKeyByAPlainSet(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // the command names, in order
+	values := map[string]string{}
+	addr := redistest.Serve(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			args, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			seen = append(seen, strings.ToUpper(args[0]))
+			reply := "-ERR unknown command\r\n"
+			switch strings.ToUpper(args[0]) {
+			case "SET":
+				if v, ok := values[args[1]]; ok {
+					reply = fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)
+				} else {
+					values[args[1]] = args[2]
+					reply = "$-1\r\n"
+				}
+			case "EVALSHA":
+				reply = "+OK\r\n"
+			}
+			mu.Unlock()
+			if _, err := c.Write([]byte(reply)); err != nil {
+				return
+			}
+		}
+	})
+	n, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer n.Close()
+	ctx := context.Background()
+	for _, c := range []struct {
+		what, key, tok string
+		want           []string
+	}{
+		{"a reader alone", "k", "tok-1", []string{"SET"}},
+		{"a second reader", "k", "tok-2", []string{"SET", "EVALSHA"}},
+		{"a third, the key known shared", "k", "tok-3", []string{"EVALSHA"}},
+		{"a reader alone on another key", "k4", "tok-4", []string{"SET"}},
+	} {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		res, err := n.AcquireShared(ctx, node.NewKey(c.key, c.tok), time.Minute, false)
+		require.NoError(t, err, c.what)
+		assert.Equal(t, node.Done, res.Status, c.what)
+		mu.Lock()
+		assert.Equal(t, c.want, seen, c.what)
+		mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, node.SharedValue+":tok-1", values["k"], "the value of a reader alone")
+}

@@ -285,8 +285,9 @@ type Handoffer interface {
 }
 
 // SharedValue is the value of a lock key while readers hold it shared
-// (see Sharer). No token equals it, so an exclusive acquire, extend or
-// release never takes, lengthens or deletes it.
+// (see Sharer); while one reader alone holds it, SharedValue + ":" + its
+// token. No token equals either, so an exclusive acquire, extend or
+// release never takes, lengthens or deletes them.
 const SharedValue = "!readers"
 
 // ReadersKey is the key of the readers of lock key: key + ":readers", a
@@ -297,7 +298,10 @@ func ReadersKey(key string) string { return key + ":readers" }
 // once, and none while a writer (an exclusive holder, Acquire) holds it.
 // It is optional; a client asked for a shared lock requires it of every
 // node. While readers hold the key, its value is SharedValue and it lives
-// as long as the longest-lived of them; ReadersKey(key) lists them.
+// as long as the longest-lived of them; ReadersKey(key) lists them. A
+// reader alone is held in the value (SharedValue + ":" + its token, the
+// key's expiry its hold's), with no ReadersKey: the common case costs a
+// SET and no clock read.
 type Sharer interface {
 	// AcquireShared adds k.Token to the key's readers for ttl: Done,
 	// also when it was a reader already (the same command run twice).
@@ -309,7 +313,9 @@ type Sharer interface {
 	// k.Ticket, as a waiting Acquire does, and gets its ticket in
 	// Result.Ticket; the readers queued before the first writer go in
 	// together when the key is free, and a writer queued after them
-	// waits for them.
+	// waits for them. Without wait, Result.TTL may be 0 (unknown), as
+	// Acquire's without holderTTL: a first try may be a plain SET that
+	// takes a free key for a reader alone.
 	AcquireShared(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error)
 	// ExtendShared makes k.Token's hold last at least ttl more, never
 	// shortening it: Done, Taken (a writer holds the key) or Absent.

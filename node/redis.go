@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	_ "embed"
@@ -129,6 +130,7 @@ type Redis struct {
 
 	noSetGet atomic.Bool             // the node refused SET NX GET: acquire by script
 	lastMS   atomic.Pointer[boxedMS] // see ms
+	readHot  atomic.Pointer[readHot] // see acquireAlone
 
 	// Connections whose dial finished after the call that started it
 	// had given up, for the pool's next dial (see dial).
@@ -397,8 +399,15 @@ func (r *Redis) Leave(ctx context.Context, k Key) error {
 	return err
 }
 
-// AcquireShared runs acquire_shared.lua (see Sharer).
+// AcquireShared runs acquire_shared.lua (see Sharer); a first try (not
+// wait) runs acquireAlone, and the script only when readers hold the key.
 func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error) {
+	if !wait && !r.noSetGet.Load() && !r.readersLikely(k.Name) {
+		res, readers, err := r.acquireAlone(ctx, k, ttl)
+		if !readers {
+			return res, err
+		}
+	}
 	owner := ""
 	if wait {
 		owner = k.Owner
@@ -411,6 +420,55 @@ func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wai
 	}
 	res, err := ParseAcquire(reply)
 	return res, r.fail("acquire", err)
+}
+
+// acquireAlone is a reader's first try: SET key SharedValue:token NX PX
+// ttl GET, a writer's plain command, takes a free key for a reader alone
+// as acquire_shared.lua would (see shared.lua). readers reports that
+// readers hold the key: the script must join them. Like a writer's SET,
+// it does not look at the queue; a free key with a live waiter is rare
+// (a reservation is set, not free), and then one reader may come in
+// first, as a writer may.
+func (r *Redis) acquireAlone(ctx context.Context, k Key, ttl time.Duration) (res Result, readers bool, err error) {
+	name, _ := k.Boxed()
+	mine := SharedValue + ":" + k.Token
+	reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, mine, "NX", "PX", r.ms(ttl), "GET"})
+	if err != nil {
+		if syntaxError(err) {
+			r.noSetGet.Store(true) // before 7.0; nothing was set
+			return Result{}, true, nil
+		}
+		return Result{}, false, err
+	}
+	if v, ok := reply.([]byte); ok && bytes.HasPrefix(v, sharedPrefix) && string(v) != mine {
+		r.readHot.Store(&readHot{name: k.Name, until: time.Now().Add(readHotFor)})
+		return Result{}, true, nil
+	}
+	res, err = ParseSet(reply, mine)
+	return res, false, r.fail("acquire", err)
+}
+
+var sharedPrefix = []byte(SharedValue)
+
+// readHot is the last key whose readers acquireAlone found, and until
+// when AcquireShared goes straight to the script for it: a key many
+// readers share (the case read/write locks are for) would otherwise cost
+// every reader a SET and then the script, two round trips. After
+// readHotFor the SET is tried again, and finds out whether readers still
+// hold the key. One key per node: a client reading several shared keys
+// in turn costs at most the round trip it would without the hint.
+type readHot struct {
+	name  string
+	until time.Time
+}
+
+const readHotFor = time.Second
+
+// readersLikely reports whether readers held key name at a recent first
+// try (see readHot).
+func (r *Redis) readersLikely(name string) bool {
+	h := r.readHot.Load()
+	return h != nil && h.name == name && time.Now().Before(h.until)
 }
 
 // ExtendShared runs extend_shared.lua (see Sharer).

@@ -27,8 +27,9 @@ import (
 // ErrInvalid.
 //
 // Safety: a reader holds the key on a node while the key there holds
-// the marker node.SharedValue and the reader's hold has not ended; a
-// writer while the key holds its token. A key holds one value, so a
+// the marker node.SharedValue and the reader's hold has not ended, or,
+// for a reader alone, the marker and its token; a writer while the key
+// holds its token. A key holds one value, so a
 // node counts for a reader or for a writer, never both, and any two
 // majorities share a node: a reader's majority and a writer's majority
 // never hold at the same time (within the validity, as for Lock).
