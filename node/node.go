@@ -89,6 +89,35 @@ type Key struct {
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal
+	alone       any // SharedValue + ":" + Token boxed by NewSharedKey; nil otherwise
+	readers     any // ReadersKey(Name) boxed by NewSharedKey; nil otherwise
+}
+
+// NewSharedKey returns the Key of name and token for a reader (Sharer):
+// NewKey, plus the values a reader's commands send to every node, made
+// once.
+func NewSharedKey(name, token string) Key {
+	k := NewKey(name, token)
+	k.alone, k.readers = SharedValue+":"+token, ReadersKey(name)
+	return k
+}
+
+// aloneValue returns the value of the key held by k's reader alone
+// (SharedValue + ":" + Token), as a string and boxed.
+func (k Key) aloneValue() (string, any) {
+	if k.alone == nil {
+		v := SharedValue + ":" + k.Token
+		return v, v
+	}
+	return k.alone.(string), k.alone
+}
+
+// boxedReaders returns ReadersKey(k.Name) as an interface value.
+func (k Key) boxedReaders() any {
+	if k.readers == nil {
+		return ReadersKey(k.Name)
+	}
+	return k.readers
 }
 
 // NewKey returns the Key of name and token.

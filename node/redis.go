@@ -414,7 +414,7 @@ func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wai
 	}
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "acquire", acquireSharedScript, "EVALSHA",
-		[]any{acquireSharedScript.hash, 3, name, k.boxedWaiters(), ReadersKey(k.Name), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
+		[]any{acquireSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
 	if err != nil {
 		return Result{}, err
 	}
@@ -431,8 +431,8 @@ func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wai
 // first, as a writer may.
 func (r *Redis) acquireAlone(ctx context.Context, k Key, ttl time.Duration) (res Result, readers bool, err error) {
 	name, _ := k.Boxed()
-	mine := SharedValue + ":" + k.Token
-	reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, mine, "NX", "PX", r.ms(ttl), "GET"})
+	mine, boxed := k.aloneValue()
+	reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, boxed, "NX", "PX", r.ms(ttl), "GET"})
 	if err != nil {
 		if syntaxError(err) {
 			r.noSetGet.Store(true) // before 7.0; nothing was set
@@ -475,7 +475,7 @@ func (r *Redis) readersLikely(name string) bool {
 func (r *Redis) ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "extend", extendSharedScript, "EVALSHA",
-		[]any{extendSharedScript.hash, 2, name, ReadersKey(k.Name), token, r.ms(ttl)})
+		[]any{extendSharedScript.hash, 2, name, k.boxedReaders(), token, r.ms(ttl)})
 	if err != nil {
 		return Result{}, err
 	}
@@ -491,7 +491,7 @@ func (r *Redis) ReleaseShared(ctx context.Context, k Key, announce bool) (Result
 	}
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "release", releaseSharedScript, "EVALSHA",
-		[]any{releaseSharedScript.hash, 3, name, k.boxedWaiters(), ReadersKey(k.Name), token, flag})
+		[]any{releaseSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag})
 	if err != nil {
 		return Result{}, err
 	}

@@ -51,9 +51,11 @@ type Client struct {
 	// every node is a node.Fencer.
 	noFence error
 	// tag names this client on the nodes (node.Key.Owner): 16 random hex
-	// digits. handoff: every node is a node.Handoffer, so Unlock can hand
-	// the lock to this client's next waiter (see handoff.go).
+	// digits; rtag names its readers (readerTag). handoff: every node is
+	// a node.Handoffer, so Unlock can hand the lock to this client's next
+	// waiter (see handoff.go).
 	tag     string
+	rtag    string
 	handoff bool
 	// rtts has one round-trip estimate per node, for the adaptive node
 	// timeouts; nil when WithNodeTimeout fixes them (see rto.go). lates
@@ -178,6 +180,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		c.handoff = c.handoff && ok
 	}
 	c.tag = newToken()[:16]
+	c.rtag = readerTag(c.tag)
 	if cfg.nodeTimeout == 0 {
 		c.rtts = make([]rtt, n)
 	}
@@ -670,7 +673,8 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	k := node.NewKey(key, newToken())
 	k.Owner = c.tag
 	if cfg.shared {
-		k.Owner = readerTag(c.tag)
+		k = node.NewSharedKey(key, k.Token)
+		k.Owner = c.rtag
 	}
 	k.Ticket = ticket
 	l := newLock(c, k, cfg)

@@ -267,7 +267,7 @@ func (c *Client) leaveWaiters(key string, shared bool, l *Lock) {
 	}
 	k := node.Key{Name: key, Owner: c.tag}
 	if shared {
-		k.Owner = readerTag(c.tag)
+		k.Owner = c.rtag
 	}
 	for i, n := range c.nodes {
 		var acq *step // l's acquire on node i, which may still be on its way
