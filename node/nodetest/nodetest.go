@@ -1156,12 +1156,16 @@ func testSharedAlone(t *testing.T, f Factory) {
 	assert.InDelta(t, 3*time.Minute, e.pttl(name), float64(5*time.Second), "r1's hold kept")
 	e.resultOf(sh.ReleaseShared(e.ctx, r1, true))(node.Done, "r1 leaves")
 	assert.InDelta(t, time.Minute, e.pttl(name), float64(5*time.Second), "the marker now lasts as long as r2")
+	assert.LessOrEqual(t, e.pttl(rk), e.pttl(name)+time.Second, "the readers hash lives no longer than the marker")
 	e.resultOf(sh.ReleaseShared(e.ctx, r2, true))(node.Done, "r2 leaves")
 	empty("both left")
 
 	// The same command twice; a rollback frees the key quietly.
 	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "r1 reads alone")
 	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, false))(node.Done, "the same command twice")
+	assert.Equal(t, node.SharedValue+":tok-r1", e.get(name), "still held alone, in the value")
+	e.resultOf(sh.AcquireShared(e.ctx, r1, time.Minute, true))(node.Done, "and once more, waiting")
+	assert.Equal(t, node.SharedValue+":tok-r1", e.get(name), "still held alone, in the value")
 	e.resultOf(sh.ReleaseShared(e.ctx, r1, false))(node.Done, "r1's rollback")
 	empty("rolled back")
 

@@ -39,15 +39,23 @@ end
 local v = redis.call("GET", key)
 --[[libraries]]
 local now = now_ms()
-if v and string.sub(v, 1, #SOLE) == SOLE then
+if v == SOLE .. token then
+  -- This reader alone already: the same command run twice; its hold
+  -- ends ttl from now, as the first run set it.
+  redis.call("PEXPIRE", key, ttl)
+  return {ok = "OK"}
+elseif v and string.sub(v, 1, #SOLE) == SOLE then
   -- One reader, held in the value: it moves to the hash, its hold
-  -- ending with the key, which then holds the marker.
+  -- ending with the key, which then holds the marker. A key in its
+  -- last millisecond (PTTL 0) is as good as free.
   local left = redis.call("PTTL", key)
   if left > 0 then
     redis.call("HSET", rk, string.sub(v, #SOLE + 1), now + left)
     redis.call("PEXPIRE", rk, left)
     redis.call("SET", key, MARKER, "PX", left)
     v = MARKER
+  elseif left == 0 then
+    v = nil
   end
 end
 if v == MARKER and redis.call("HGET", rk, token) then

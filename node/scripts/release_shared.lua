@@ -54,7 +54,10 @@ local now = now_ms()
 local mine = tonumber(redis.call("HGET", rk, token) or "0")
 local last = readers_last(rk, now, token)
 if last > 0 then
+  -- The hash lives no longer than the marker: a reader alone on the
+  -- key after it (which never writes the hash) would leave it behind.
   redis.call("SET", key, MARKER, "PX", last - now)
+  redis.call("PEXPIRE", rk, last - now)
 elseif ARGV[2] == "1" then
   redis.call("DEL", rk)
   hand_on(key, wk, nil)
