@@ -25,29 +25,14 @@ import (
 // The server is a fake that speaks just enough RESP: it refuses SET and
 // answers EVALSHA as acquire.lua would on a free key.
 func TestAcquireBeforeRedis7(t *testing.T) {
-	var mu sync.Mutex
-	var seen []string // the command names, in order
-	addr := redistest.Serve(t, func(c net.Conn) {
-		r := bufio.NewReader(c)
-		for {
-			args, err := readCommand(r)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			seen = append(seen, strings.ToUpper(args[0]))
-			mu.Unlock()
-			reply := "-ERR unknown command\r\n"
-			switch strings.ToUpper(args[0]) {
-			case "SET":
-				reply = "-ERR syntax error\r\n"
-			case "EVALSHA":
-				reply = "+OK\r\n"
-			}
-			if _, err := c.Write([]byte(reply)); err != nil {
-				return
-			}
+	addr, commands := fakeRedis(t, func(args []string) string {
+		switch strings.ToUpper(args[0]) {
+		case "SET":
+			return "-ERR syntax error\r\n"
+		case "EVALSHA":
+			return "+OK\r\n"
 		}
+		return "-ERR unknown command\r\n"
 	})
 	n, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
@@ -58,9 +43,38 @@ func TestAcquireBeforeRedis7(t *testing.T) {
 		require.NoError(t, err, "acquire %d", i)
 		assert.Equal(t, node.Done, res.Status, "acquire %d", i)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []string{"SET", "EVALSHA", "EVALSHA"}, seen, "one SET refused, then scripts only")
+	assert.Equal(t, []string{"SET", "EVALSHA", "EVALSHA"}, commands(), "one SET refused, then scripts only")
+}
+
+// fakeRedis serves just enough RESP on a local address for a node to
+// talk to: each command gets reply(args), one command at a time.
+// commands returns the names of the commands run since its last call.
+func fakeRedis(t *testing.T, reply func(args []string) string) (addr string, commands func() []string) {
+	var mu sync.Mutex
+	var seen []string
+	addr = redistest.Serve(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			args, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			seen = append(seen, strings.ToUpper(args[0]))
+			out := reply(args)
+			mu.Unlock()
+			if _, err := c.Write([]byte(out)); err != nil {
+				return
+			}
+		}
+	})
+	return addr, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		got := seen
+		seen = nil
+		return got
+	}
 }
 
 // readCommand reads one RESP array of bulk strings, as clients send
@@ -99,35 +113,19 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 // one round trip. The server is a fake that keeps SET NX's values and
 // answers every script OK.
 func TestReaderAloneTakesAFreeKeyByAPlainSet(t *testing.T) {
-	var mu sync.Mutex
-	var seen []string // the command names, in order
-	values := map[string]string{}
-	addr := redistest.Serve(t, func(c net.Conn) {
-		r := bufio.NewReader(c)
-		for {
-			args, err := readCommand(r)
-			if err != nil {
-				return
+	values := map[string]string{} // fakeRedis calls reply one at a time
+	addr, commands := fakeRedis(t, func(args []string) string {
+		switch strings.ToUpper(args[0]) {
+		case "SET":
+			if v, ok := values[args[1]]; ok {
+				return fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)
 			}
-			mu.Lock()
-			seen = append(seen, strings.ToUpper(args[0]))
-			reply := "-ERR unknown command\r\n"
-			switch strings.ToUpper(args[0]) {
-			case "SET":
-				if v, ok := values[args[1]]; ok {
-					reply = fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)
-				} else {
-					values[args[1]] = args[2]
-					reply = "$-1\r\n"
-				}
-			case "EVALSHA":
-				reply = "+OK\r\n"
-			}
-			mu.Unlock()
-			if _, err := c.Write([]byte(reply)); err != nil {
-				return
-			}
+			values[args[1]] = args[2]
+			return "$-1\r\n"
+		case "EVALSHA":
+			return "+OK\r\n"
 		}
+		return "-ERR unknown command\r\n"
 	})
 	n, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
@@ -142,17 +140,12 @@ func TestReaderAloneTakesAFreeKeyByAPlainSet(t *testing.T) {
 		{"a third, the key known shared", "k", "tok-3", []string{"EVALSHA"}},
 		{"a reader alone on another key", "k4", "tok-4", []string{"SET"}},
 	} {
-		mu.Lock()
-		seen = nil
-		mu.Unlock()
+		commands()
 		res, err := n.AcquireShared(ctx, node.NewKey(c.key, c.tok), time.Minute, false)
 		require.NoError(t, err, c.what)
 		assert.Equal(t, node.Done, res.Status, c.what)
-		mu.Lock()
-		assert.Equal(t, c.want, seen, c.what)
-		mu.Unlock()
+		assert.Equal(t, c.want, commands(), c.what)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	commands() // a barrier: the handler is done with values
 	assert.Equal(t, node.SharedValue+":tok-1", values["k"], "the value of a reader alone")
 }
