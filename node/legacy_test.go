@@ -25,7 +25,7 @@ import (
 // The server is a fake that speaks just enough RESP: it refuses SET and
 // answers EVALSHA as acquire.lua would on a free key.
 func TestAcquireBeforeRedis7(t *testing.T) {
-	addr, commands := fakeRedis(t, func(args []string) string {
+	n, commands := fakeRedis(t, func(args []string) string {
 		switch strings.ToUpper(args[0]) {
 		case "SET":
 			return "-ERR syntax error\r\n"
@@ -34,9 +34,6 @@ func TestAcquireBeforeRedis7(t *testing.T) {
 		}
 		return "-ERR unknown command\r\n"
 	})
-	n, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
-	require.NoError(t, err)
-	defer n.Close()
 	ctx := context.Background()
 	for i := range 2 {
 		res, err := n.Acquire(ctx, node.NewKey("k", fmt.Sprint("tok-", i)), time.Minute, false)
@@ -47,12 +44,13 @@ func TestAcquireBeforeRedis7(t *testing.T) {
 }
 
 // fakeRedis serves just enough RESP on a local address for a node to
-// talk to: each command gets reply(args), one command at a time.
-// commands returns the names of the commands run since its last call.
-func fakeRedis(t *testing.T, reply func(args []string) string) (addr string, commands func() []string) {
+// talk to, and returns a node dialed to it (closed when t ends): each
+// command gets reply(args), one command at a time. commands returns the
+// names of the commands run since its last call.
+func fakeRedis(t *testing.T, reply func(args []string) string) (n *node.Redis, commands func() []string) {
 	var mu sync.Mutex
 	var seen []string
-	addr = redistest.Serve(t, func(c net.Conn) {
+	addr := redistest.Serve(t, func(c net.Conn) {
 		r := bufio.NewReader(c)
 		for {
 			args, err := readCommand(r)
@@ -68,7 +66,10 @@ func fakeRedis(t *testing.T, reply func(args []string) string) (addr string, com
 			}
 		}
 	})
-	return addr, func() []string {
+	n, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	return n, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		got := seen
@@ -114,7 +115,7 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 // answers every script OK.
 func TestReaderAloneTakesAFreeKeyByAPlainSet(t *testing.T) {
 	values := map[string]string{} // fakeRedis calls reply one at a time
-	addr, commands := fakeRedis(t, func(args []string) string {
+	n, commands := fakeRedis(t, func(args []string) string {
 		switch strings.ToUpper(args[0]) {
 		case "SET":
 			if v, ok := values[args[1]]; ok {
@@ -127,9 +128,6 @@ func TestReaderAloneTakesAFreeKeyByAPlainSet(t *testing.T) {
 		}
 		return "-ERR unknown command\r\n"
 	})
-	n, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
-	require.NoError(t, err)
-	defer n.Close()
 	ctx := context.Background()
 	for _, c := range []struct {
 		what, key, tok string
