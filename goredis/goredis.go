@@ -212,7 +212,7 @@ func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, 
 	if holderTTL {
 		owner = k.Owner
 	}
-	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, node.WaitersKey(k.Name)},
+	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, k.Waiters()},
 		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
 	if err != nil {
 		return node.Result{}, err
@@ -231,11 +231,7 @@ func (n *redisNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (
 // queue and announces it on node.ReleaseChannel(k.Name) when announce is
 // set.
 func (n *redisNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
-	flag := announceNo
-	if announce {
-		flag = announceYes
-	}
-	return n.status(ctx, "release", scripts.release, []string{k.Name, node.WaitersKey(k.Name)}, k.Token, flag)
+	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, node.ReleaseMode(k, announce))
 }
 
 // The values of release.lua's ARGV[2], boxed once.
@@ -261,14 +257,18 @@ func (n *redisNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, c
 
 // Transfer runs transfer.lua (see node.Handoffer).
 func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Duration) (node.Result, error) {
-	return n.status(ctx, "transfer", scripts.transfer, []string{from.Name, node.WaitersKey(from.Name)},
-		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
+	force := "0"
+	if from.Queue != "" {
+		force = "1"
+	}
+	return n.status(ctx, "transfer", scripts.transfer, []string{from.Name, from.Waiters()},
+		from.Token, to.Token, ttl.Milliseconds(), from.Owner, force)
 }
 
 // Leave runs leave.lua: k.Owner out of the key's queue, and a key
 // reserved for it on to the next head (see node.Handoffer).
 func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
-	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, node.WaitersKey(k.Name)}, k.Owner)
+	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, k.Waiters()}, k.Owner)
 	return err
 }
 
@@ -279,7 +279,7 @@ func (n *redisNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Dura
 		owner = k.Owner
 	}
 	reply, err := n.run(ctx, "acquire", scripts.acquireShared,
-		[]string{k.Name, node.WaitersKey(k.Name), node.ReadersKey(k.Name)},
+		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)},
 		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
 	if err != nil {
 		return node.Result{}, err
@@ -300,7 +300,7 @@ func (n *redisNode) ReleaseShared(ctx context.Context, k node.Key, announce bool
 		flag = announceYes
 	}
 	return n.status(ctx, "release", scripts.releaseShared,
-		[]string{k.Name, node.WaitersKey(k.Name), node.ReadersKey(k.Name)}, k.Token, flag)
+		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, k.Token, flag)
 }
 
 // Inspect runs inspect.lua: the key's token, PTTL and readers in one

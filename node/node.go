@@ -86,6 +86,12 @@ type Key struct {
 	// every node: the largest Result.Ticket its earlier attempts were
 	// given (0 before the first). See Handoffer.
 	Ticket int64
+	// Queue is the key of the queue Owner waits in and that a release
+	// hands the key on from; "" for WaitersKey(Name). Keys that share a
+	// queue (a semaphore's slots) form one line of waiters: each release
+	// reserves its key for the head that has no key reserved yet. Set it
+	// with InQueue.
+	Queue string
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal
@@ -125,12 +131,27 @@ func NewKey(name, token string) Key {
 	return Key{Name: name, Token: token, name: name, token: token, waiters: WaitersKey(name)}
 }
 
-// boxedWaiters returns WaitersKey(k.Name) as an interface value: the one
-// NewKey made (a lock's every release sends it to every node), or a new
-// one for a Key written as a literal.
+// InQueue returns k waiting in, and handing on from, the queue under
+// the key queue instead of WaitersKey(k.Name) (see Key.Queue).
+func (k Key) InQueue(queue string) Key {
+	k.Queue, k.waiters = queue, queue
+	return k
+}
+
+// Waiters returns the key of k's queue: Queue, or WaitersKey(Name).
+func (k Key) Waiters() string {
+	if k.Queue != "" {
+		return k.Queue
+	}
+	return WaitersKey(k.Name)
+}
+
+// boxedWaiters returns k.Waiters() as an interface value: the one
+// NewKey or InQueue made (a lock's every release sends it to every
+// node), or a new one for a Key written as a literal.
 func (k Key) boxedWaiters() any {
 	if k.waiters == nil {
-		return WaitersKey(k.Name)
+		return k.Waiters()
 	}
 	return k.waiters
 }
@@ -297,6 +318,16 @@ const WaiterLease = 2 * time.Second
 // reserved one. A node that cannot keep the queue (an ACL user without
 // TIME or the hash commands) still acquires, in no order; its transfers
 // then always release.
+//
+// Keys may share one queue (Key.Queue: a semaphore's slots, one line of
+// waiters for any slot). A reservation is then recorded on the head's
+// entry, and each release reserves its key for the head that has none
+// yet; a head with a key reserved renews its place without losing it.
+// A rollback (Release without announce) of such a key hands it on
+// quietly where anyone is queued, as no announcement would wake the
+// head for a key left free, and Transfer of such a key transfers within
+// the client even when another client is queued: the client bounds those
+// chains, and its release then reserves the key for the head.
 type Handoffer interface {
 	// Transfer sets the key to to.Token with TTL ttl where it holds
 	// from.Token, or nothing, or to.Token already (the same command run
@@ -305,7 +336,8 @@ type Handoffer interface {
 	// queue cannot be read), it releases from.Token as Release with
 	// announce would (reserving the key for the head) and answers
 	// Absent, so that handing over within one client never locks other
-	// clients out. from and to have the same Name and Owner.
+	// clients out (unless from.Queue is set, see above). from and to
+	// have the same Name, Owner and Queue.
 	Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error)
 	// Leave takes k.Owner out of k.Name's queue, and passes a
 	// reservation for it on to the next head: a waiter that gives up

@@ -119,6 +119,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Fence", func(t *testing.T) { testFence(t, f) })
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
+	t.Run("SharedQueue", func(t *testing.T) { testSharedQueue(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
@@ -992,6 +993,68 @@ func testQueue(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
 	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "a release with no one queued deletes the key")
+}
+
+// testSharedQueue checks one queue under two keys (node.Key.Queue, a
+// semaphore's slots): each release reserves its key for the head that
+// has no key reserved yet, a waiter keeps its reservation as it renews
+// its place through the other key, and each takes its own; a transfer
+// within a client does not yield to the queue; a rollback hands the key
+// on quietly where anyone is queued, and deletes it where no one is;
+// nothing is left.
+func testSharedQueue(t *testing.T, f Factory) {
+	e := start(t, f)
+	h, ok := e.n.(node.Handoffer)
+	if !ok {
+		t.Skip("the node is not a node.Handoffer")
+	}
+	names := []string{"lk:sq:permit:0", "lk:sq:permit:1"}
+	q := node.WaitersKey("lk:sq:permits:2")
+	key := func(i int, tok, owner string, ticket int64) node.Key {
+		return node.Key{Name: names[i], Token: tok, Owner: owner, Ticket: ticket}.InQueue(q)
+	}
+	h0, h1 := key(0, "tok-h0", "h", 0), key(1, "tok-h1", "h", 0)
+	e.resultOf(e.n.Acquire(e.ctx, h0, time.Minute, false))(node.Done, "h takes key 0")
+	e.resultOf(e.n.Acquire(e.ctx, h1, time.Minute, false))(node.Done, "h takes key 1")
+	b := e.resultOf(e.n.Acquire(e.ctx, key(0, "tok-b1", "b", 0), time.Minute, true))(node.Taken, "b waits at key 0").Ticket
+	c := e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-c1", "c", 0), time.Minute, true))(node.Taken, "c waits at key 1").Ticket
+	assert.Greater(t, c, b, "one line: c came after b")
+	assert.Equal(t, int64(0), e.do("EXISTS", node.WaitersKey(names[0])), "no queue of a key's own")
+
+	toB := e.subscribe(t, node.ReservedKey(names[1], "b"))
+	toC := e.subscribe(t, node.ReservedKey(names[1], "c"))
+	e.resultOf(e.n.Release(e.ctx, h0, true))(node.Done, "h releases key 0")
+	assert.Equal(t, "~b", e.get(names[0]), "key 0 reserved for b, the head")
+	// b renews its place through key 1, which h still holds: its
+	// reservation of key 0 stays on record.
+	e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-b2", "b", b), time.Minute, true))(node.Taken, "b renews at key 1")
+	e.resultOf(e.n.Release(e.ctx, h1, true))(node.Done, "h releases key 1")
+	assert.Equal(t, "~c", e.get(names[1]), "key 1 goes to c: b has key 0 reserved")
+	require.NotNil(t, receive(t, toC, 5*time.Second), "announced to c")
+	assert.Nil(t, receive(t, toB, 100*time.Millisecond), "not to b")
+	e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-b3", "b", b), time.Minute, true))(node.Taken, "b does not take c's key")
+	bk := key(0, "tok-b4", "b", b)
+	ck := key(1, "tok-c2", "c", c)
+	e.resultOf(e.n.Acquire(e.ctx, bk, time.Minute, true))(node.Done, "b takes key 0")
+	e.resultOf(e.n.Acquire(e.ctx, ck, time.Minute, true))(node.Done, "c takes key 1")
+	assert.Equal(t, int64(0), e.do("EXISTS", q), "nobody is left in the queue")
+
+	d := e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-d1", "d", 0), time.Minute, true))(node.Taken, "d waits").Ticket
+	ck2 := key(1, "tok-c3", "c", 0)
+	e.resultOf(h.Transfer(e.ctx, ck, ck2, time.Minute))(node.Done, "c hands key 1 to its own next holder, d waiting")
+	assert.Equal(t, "tok-c3", e.get(names[1]))
+	toD := e.subscribe(t, node.ReservedKey(names[1], "d"))
+	e.resultOf(e.n.Release(e.ctx, ck2, false))(node.Done, "a rollback of key 1")
+	assert.Equal(t, "~d", e.get(names[1]), "handed on to d")
+	require.NotNil(t, receive(t, toD, 5*time.Second), "and announced to d")
+	dk := key(1, "tok-d2", "d", d)
+	e.resultOf(e.n.Acquire(e.ctx, dk, time.Minute, true))(node.Done, "d takes key 1")
+	e.resultOf(e.n.Release(e.ctx, bk, false))(node.Done, "a rollback of key 0, nobody queued")
+	assert.Equal(t, int64(0), e.do("EXISTS", names[0]), "deletes it")
+	e.resultOf(e.n.Release(e.ctx, dk, true))(node.Done, "d releases")
+	for _, k := range append(names, q) {
+		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s is gone", k)
+	}
 }
 
 // testShared checks node.Sharer: readers together, never with a writer,

@@ -3,9 +3,12 @@
 -- --[[libraries]] (prepended to one without that line).
 -- KEYS[2] of those scripts (node.WaitersKey) is a hash: per waiting client
 -- tag (node.Key.Owner), "<ticket>:<lease end>", the lease end in the node's
--- milliseconds (TIME); field "#" holds the last ticket given out. The head
--- of the queue is the live waiter with the lowest ticket, the lower tag
--- breaking ties. Tickets are agreed by the waiter across nodes (the
+-- milliseconds (TIME), followed by ":<end>" while a key is reserved for
+-- that waiter until end (hand_on); field "#" holds the last ticket given
+-- out. The head of the queue is the live waiter with the lowest ticket,
+-- the lower tag breaking ties, among those no key is reserved for: one
+-- queue may serve several keys (a semaphore's slots, node.Key.Queue),
+-- and a waiter takes one key at a time. Tickets are agreed by the waiter across nodes (the
 -- largest one a majority gave it, see acquire.lua), so the nodes order
 -- the waiters registered on them the same way.
 -- Every queue command goes through pcall in the scripts: an ACL user
@@ -27,24 +30,31 @@ local function queue_drop(wk, tag)
   end
 end
 
+-- queue_entry parses an entry: ticket, lease end and the end of the
+-- reservation for it (0: none); nil for a malformed one.
+local function queue_entry(e)
+  local tk, lease, rs = string.match(e or "", "^(%d+):(%d+):?(%d*)$")
+  return tonumber(tk), tonumber(lease), tonumber(rs) or 0
+end
+
 -- queue_head drops lapsed entries and returns the head among the waiters
--- other than skip: its tag and lease end (nil when there is none).
+-- other than skip that no key is reserved for: its tag, lease end and
+-- ticket (nil when there is none).
 local function queue_head(wk, now, skip)
   local all = redis.call("HGETALL", wk)
   local head, ht, hl
   for i = 1, #all, 2 do
     local tag = all[i]
     if tag ~= "#" then
-      local tk, lease = string.match(all[i + 1], "^(%d+):(%d+)$")
-      tk, lease = tonumber(tk), tonumber(lease)
+      local tk, lease, rs = queue_entry(all[i + 1])
       if not tk or lease <= now then
         queue_drop(wk, tag)
-      elseif tag ~= skip and (not head or tk < ht or (tk == ht and tag < head)) then
+      elseif tag ~= skip and rs <= now and (not head or tk < ht or (tk == ht and tag < head)) then
         head, ht, hl = tag, tk, lease
       end
     end
   end
-  return head, hl
+  return head, hl, ht
 end
 
 -- queue_join queues tag, or renews its place, for lease milliseconds from
@@ -52,13 +62,16 @@ end
 -- largest any node gave it), else the one it has here, else the next one.
 -- The counter is raised to the ticket, so that a waiter that queues after
 -- this one is queued on a majority gets a larger one from any majority.
+-- A reservation for it that has not ended is kept.
 local function queue_join(wk, tag, ticket, lease, now)
   local mine = tonumber(ticket)
+  local tk, le, rs = queue_entry(redis.call("HGET", wk, tag))
+  if not tk or le <= now then
+    rs = 0
+  end
   if mine == 0 then
-    local e = redis.call("HGET", wk, tag)
-    local tk, le = string.match(e or "", "^(%d+):(%d+)$")
-    if tk and tonumber(le) > now then
-      mine = tonumber(tk)
+    if tk and le > now then
+      mine = tk
     else
       mine = redis.call("HINCRBY", wk, "#", 1)
     end
@@ -66,27 +79,38 @@ local function queue_join(wk, tag, ticket, lease, now)
   if tonumber(redis.call("HGET", wk, "#") or "0") < mine then
     redis.call("HSET", wk, "#", mine)
   end
-  redis.call("HSET", wk, tag, mine .. ":" .. (now + lease))
+  local e = mine .. ":" .. (now + lease)
+  if rs > now then
+    e = e .. ":" .. rs
+  end
+  redis.call("HSET", wk, tag, e)
   redis.call("PEXPIRE", wk, lease)
   return mine
 end
 
 -- hand_on frees KEYS[1] (held by the caller): where a waiter other than
 -- skip is queued, it reserves the key for the head (value "~" .. tag,
--- for what is left of the head's lease) and names it on the head's own
--- channel, key .. ":" .. tag .. ":released" (node.ReservedKey), so that
--- only the head's client hears it and only the head may take it;
--- otherwise it deletes the key and announces it to all on the release
--- channel. A head that is a reader (its tag starts with "r", see
+-- for what is left of the head's lease; where the queue serves other
+-- keys too, the head's entry records it, so that another key of the
+-- queue goes to the next head) and names it on
+-- the head's own channel, key .. ":" .. tag .. ":released"
+-- (node.ReservedKey), so that only the head's client hears it and only
+-- the head may take it; otherwise it deletes the key and, unless quiet,
+-- announces it to all on the release channel. A head that is a reader (its tag starts with "r", see
 -- shared.lua) needs no reservation: the key is deleted and announced to
 -- all, and the readers queued before the first writer go in together.
-local function hand_on(key, wk, skip)
+local function hand_on(key, wk, skip, quiet)
   local ok, head, left = pcall(function()
     if redis.call("EXISTS", wk) == 0 then
       return nil
     end
     local now = now_ms()
-    local h, lease = queue_head(wk, now, skip)
+    local h, lease, tk = queue_head(wk, now, skip)
+    if h and string.sub(h, 1, 1) ~= "r" and wk ~= key .. ":waiters" then
+      -- A queue that serves other keys too: the next release of one of
+      -- them goes to the next head.
+      redis.call("HSET", wk, h, tk .. ":" .. lease .. ":" .. lease)
+    end
     if h then
       return h, lease - now
     end
@@ -96,6 +120,8 @@ local function hand_on(key, wk, skip)
     redis.pcall("PUBLISH", key .. ":" .. head .. ":released", head)
   else
     redis.call("DEL", key)
-    redis.pcall("PUBLISH", key .. ":released", "")
+    if not quiet then
+      redis.pcall("PUBLISH", key .. ":released", "")
+    end
   end
 end

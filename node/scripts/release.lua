@@ -5,7 +5,11 @@
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  "1" for an Unlock: hand on and announce (see hand_on in
---          queue.lua); "0" for a rollback: delete quietly
+--          queue.lua); "0" for a rollback: delete quietly; "2" for the
+--          rollback of a key whose queue serves other keys too (a
+--          semaphore's slot, node.Key.Queue): hand on where anyone is
+--          queued, else delete quietly (a waiter there would otherwise
+--          wait for a key that is free, and that no release announces)
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- The announcement: "" on the key's release channel, KEYS[1] ..
 -- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
@@ -23,15 +27,17 @@ end
 -- costs the script a closure per call): a rollback, or an Unlock with no
 -- one queued, frees the key and announces it to all, as hand_on would.
 -- redis.pcall: a user that may not run EXISTS takes hand_on's path.
-if ARGV[2] ~= "1" then
+if ARGV[2] == "0" then
   redis.call("DEL", KEYS[1])
   return 1
 end
 if redis.pcall("EXISTS", KEYS[2]) == 0 then
   redis.call("DEL", KEYS[1])
-  redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
+  if ARGV[2] == "1" then
+    redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
+  end
   return 1
 end
 --[[libraries]]
-hand_on(KEYS[1], KEYS[2], nil)
+hand_on(KEYS[1], KEYS[2], nil, ARGV[2] ~= "1")
 return 1

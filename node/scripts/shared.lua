@@ -38,7 +38,7 @@ local function writer_ahead(wk, now, mine)
   for i = 1, #all, 2 do
     local tag = all[i]
     if tag ~= "#" and string.sub(tag, 1, 1) ~= "r" then
-      local tk, le = string.match(all[i + 1], "^(%d+):(%d+)$")
+      local tk, le = string.match(all[i + 1], "^(%d+):(%d+)")
       tk, le = tonumber(tk), tonumber(le)
       if tk and le > now and (not mine or tk < mine) and (not first or tk < first) then
         first, lease = tk, le
