@@ -359,7 +359,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// node that set the key dropped the registration itself.
 			// (attempt counts those made: none when a local holder
 			// handed the key over before this call tried the nodes.)
-			c.leaveWaiters(key, cfg.shared, l)
+			c.leaveWaiters(key, "", cfg.shared, l)
 		}
 		if attempt > 1 && queued {
 			c.waited(key)
@@ -677,6 +677,9 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		k.Owner = c.rtag
 	}
 	k.Ticket = ticket
+	if cfg.queue != "" {
+		k = k.InQueue(cfg.queue)
+	}
 	l := newLock(c, k, cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
 	t := r.Wait(ctx.Done(), c.quorum)

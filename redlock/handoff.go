@@ -165,12 +165,16 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	c := l.c
 	k := node.NewKey(l.k.Name, newToken())
 	k.Owner = c.tag
+	if l.k.Queue != "" {
+		k = k.InQueue(l.k.Queue) // a semaphore's slot
+	}
 	next := newLock(c, k, &o.cfg)
 	r := next.ch.send(ctx, command{op: "transfer", ttl: next.ttl, from: l, fromTail: l.ch.tail})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(next.ttl, r.Elapsed(), next.drift)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
 		next.grant(r.Started(), 0)
+		next.handed = true
 		if t.Done < len(c.nodes) {
 			// A node that has not transferred (yet) may keep l's key.
 			l.releaseRest(ctx, r)
@@ -254,6 +258,7 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 }
 
 // leaveWaiters drops this client's registration as a waiter for key
+// from queue ("": the key's own; a semaphore's, see node.Key.Queue)
 // (node.Handoffer.Leave), in the background, when a Lock call that waited
 // ends: on every node when it gives up, and where its lock l's acquire
 // did not set the key when it got the lock (that acquire dropped the
@@ -261,11 +266,11 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 // waited for, up to a node timeout, before deciding). A waiting acquire
 // still on its way may register again after a Leave; that registration
 // lapses with its lease.
-func (c *Client) leaveWaiters(key string, shared bool, l *Lock) {
+func (c *Client) leaveWaiters(key, queue string, shared bool, l *Lock) {
 	if !c.handoff {
 		return
 	}
-	k := node.Key{Name: key, Owner: c.tag}
+	k := node.Key{Name: key, Owner: c.tag, Queue: queue}
 	if shared {
 		k.Owner = c.rtag
 	}

@@ -9,19 +9,21 @@ import (
 )
 
 // handoffNode is a fakeNode that offers node.Handoffer as the scripts do
-// on a server (node/scripts/queue.lua): a queue of waiting owners per key
-// with tickets and leases (on the fake clock), transfers within one
-// owner, and reservations ("~" + owner) for the head of the queue.
+// on a server (node/scripts/queue.lua): a queue of waiting owners per
+// queue key (node.Key.Waiters) with tickets and leases (on the fake
+// clock), transfers within one owner, and reservations ("~" + owner) for
+// the head of the queue among those with no key reserved.
 type handoffNode struct {
 	*fakeNode
 	hmu     sync.Mutex                   // taken before fakeNode.mu
-	waiters map[string]map[string]waiter // key -> owner -> place
-	tickets map[string]int64             // key -> last ticket given out
+	waiters map[string]map[string]waiter // queue -> owner -> place
+	tickets map[string]int64             // queue -> last ticket given out
 }
 
 type waiter struct {
-	ticket int64
-	until  time.Time
+	ticket   int64
+	until    time.Time
+	reserved time.Time // a key of the queue is reserved for it until then
 }
 
 func asHandoff(fs []*fakeNode) []node.Node {
@@ -32,8 +34,9 @@ func asHandoff(fs []*fakeNode) []node.Node {
 	return out
 }
 
-// head drops lapsed waiters of key and returns the head among those
-// other than skip ("" if none) and its lease end. Under hmu.
+// head drops lapsed waiters of queue key and returns the head among
+// those other than skip with no key reserved ("" if none) and its lease
+// end. Under hmu.
 func (n *handoffNode) head(key, skip string) (string, time.Time) {
 	now := n.clk.Now()
 	var (
@@ -44,7 +47,7 @@ func (n *handoffNode) head(key, skip string) (string, time.Time) {
 		switch {
 		case !now.Before(w.until):
 			delete(n.waiters[key], owner)
-		case owner == skip:
+		case owner == skip, now.Before(w.reserved):
 		case h == "" || w.ticket < hw.ticket || (w.ticket == hw.ticket && owner < h):
 			h, hw = owner, w
 		}
@@ -57,15 +60,21 @@ func (n *handoffNode) head(key, skip string) (string, time.Time) {
 }
 
 // handOn frees key, held by the caller: reserved for the head of its
-// queue other than skip and announced to it, or deleted and announced to
-// all. Under hmu and mu.
-func (n *handoffNode) handOn(key, skip string) {
+// queue q other than skip and announced to it, or deleted and, unless
+// quiet, announced to all. Under hmu and mu.
+func (n *handoffNode) handOn(key, q, skip string, quiet bool) {
 	channel := key
-	if h, until := n.head(key, skip); h != "" {
+	if h, until := n.head(q, skip); h != "" {
 		n.keys[key] = entry{token: "~" + h, until: until}
+		w := n.waiters[q][h]
+		w.reserved = until
+		n.waiters[q][h] = w
 		channel = node.ReservedKey(key, h) // only h's client hears it
 	} else {
 		delete(n.keys, key)
+		if quiet {
+			return
+		}
 	}
 	if n.announce != nil {
 		n.announce(channel)
@@ -84,29 +93,34 @@ func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.clk.Now()
+	q := k.Waiters()
 	e, held := n.get(k.Name)
 	if held && e.token == k.Token {
 		n.keys[k.Name] = entry{token: k.Token, until: now.Add(ttl)}
-		delete(n.waiters[k.Name], k.Owner)
+		delete(n.waiters[q], k.Owner)
 		return node.Result{Status: node.Done}, nil
 	}
 	ticket := k.Ticket
-	if w, ok := n.waiters[k.Name][k.Owner]; ticket == 0 && ok && now.Before(w.until) {
+	w, ok := n.waiters[q][k.Owner]
+	if !ok || !now.Before(w.until) {
+		w = waiter{}
+	}
+	if ticket == 0 {
 		ticket = w.ticket
 	}
 	if ticket == 0 {
-		n.tickets[k.Name]++
-		ticket = n.tickets[k.Name]
+		n.tickets[q]++
+		ticket = n.tickets[q]
 	}
-	n.tickets[k.Name] = max(n.tickets[k.Name], ticket)
-	if n.waiters[k.Name] == nil {
-		n.waiters[k.Name] = map[string]waiter{}
+	n.tickets[q] = max(n.tickets[q], ticket)
+	if n.waiters[q] == nil {
+		n.waiters[q] = map[string]waiter{}
 	}
-	n.waiters[k.Name][k.Owner] = waiter{ticket: ticket, until: now.Add(node.WaiterLease)}
-	h, until := n.head(k.Name, "")
+	n.waiters[q][k.Owner] = waiter{ticket: ticket, until: now.Add(node.WaiterLease), reserved: w.reserved}
+	h, until := n.head(q, "")
 	if (held && e.token == "~"+k.Owner) || (!held && h == k.Owner) {
 		n.keys[k.Name] = entry{token: k.Token, until: now.Add(ttl)}
-		delete(n.waiters[k.Name], k.Owner)
+		delete(n.waiters[q], k.Owner)
 		return node.Result{Status: node.Done}, nil
 	}
 	if !held {
@@ -116,7 +130,7 @@ func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration
 }
 
 func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
-	if !announce {
+	if node.ReleaseMode(k, announce) == "0" {
 		return n.fakeNode.Release(ctx, k, announce)
 	}
 	if err := n.hook(ctx, "release"); err != nil {
@@ -133,7 +147,7 @@ func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (n
 	case e.token != k.Token:
 		return node.Result{Status: node.Taken}, nil
 	}
-	n.handOn(k.Name, "")
+	n.handOn(k.Name, k.Waiters(), "", !announce)
 	return node.Result{Status: node.Done}, nil
 }
 
@@ -152,13 +166,14 @@ func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.
 	case held && e.token != from.Token:
 		return node.Result{Status: node.Taken}, nil
 	}
-	if h, _ := n.head(from.Name, from.Owner); h != "" {
+	q := from.Waiters()
+	if h, _ := n.head(q, from.Owner); h != "" && from.Queue == "" {
 		if held {
-			n.handOn(from.Name, from.Owner)
+			n.handOn(from.Name, q, from.Owner, false)
 		}
 		return node.Result{Status: node.Absent}, nil
 	}
-	delete(n.waiters[from.Name], from.Owner)
+	delete(n.waiters[q], from.Owner)
 	n.keys[from.Name] = entry{token: to.Token, until: n.clk.Now().Add(ttl)}
 	return node.Result{Status: node.Done}, nil
 }
@@ -171,16 +186,25 @@ func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
 	defer n.hmu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.waiters[k.Name], k.Owner)
+	delete(n.waiters[k.Waiters()], k.Owner)
 	if e, ok := n.get(k.Name); ok && e.token == "~"+k.Owner {
-		n.handOn(k.Name, k.Owner)
+		n.handOn(k.Name, k.Waiters(), k.Owner, false)
 	}
 	return nil
 }
 
-// waiting returns the owners queued for key, leases ended or not.
+// waiting returns the owners queued for key in its own queue
+// (node.WaitersKey), leases ended or not.
 func (n *handoffNode) waiting(key string) int {
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
-	return len(n.waiters[key])
+	return len(n.waiters[node.WaitersKey(key)])
+}
+
+// queued returns the owners queued in queue key q (node.Key.Queue),
+// leases ended or not.
+func (n *handoffNode) queued(q string) int {
+	n.hmu.Lock()
+	defer n.hmu.Unlock()
+	return len(n.waiters[q])
 }

@@ -195,7 +195,7 @@ func TestHandoffYieldOnAMajorityIsARelease(t *testing.T) {
 	for _, n := range nodes[:3] {
 		h := n.(*handoffNode)
 		h.hmu.Lock()
-		h.waiters["k"] = map[string]waiter{"another-client": {ticket: 1, until: clk.Now().Add(time.Second)}}
+		h.waiters[node.WaitersKey("k")] = map[string]waiter{"another-client": {ticket: 1, until: clk.Now().Add(time.Second)}}
 		h.hmu.Unlock()
 	}
 	for _, f := range fakes[3:] {
@@ -347,14 +347,15 @@ func TestWaiterThatGetsTheLockLeavesNothing(t *testing.T) {
 // queueGhost queues owner for key on nodes with ticket, until its lease
 // ends at until: a waiter of another client that never comes back.
 func queueGhost(nodes []node.Node, key, owner string, ticket int64, until time.Time) {
+	q := node.WaitersKey(key)
 	for _, n := range nodes {
 		h := n.(*handoffNode)
 		h.hmu.Lock()
-		if h.waiters[key] == nil {
-			h.waiters[key] = map[string]waiter{}
+		if h.waiters[q] == nil {
+			h.waiters[q] = map[string]waiter{}
 		}
-		h.waiters[key][owner] = waiter{ticket: ticket, until: until}
-		h.tickets[key] = max(h.tickets[key], ticket)
+		h.waiters[q][owner] = waiter{ticket: ticket, until: until}
+		h.tickets[q] = max(h.tickets[q], ticket)
 		h.hmu.Unlock()
 	}
 }

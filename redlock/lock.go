@@ -22,8 +22,9 @@ type Lock struct {
 	keep  keepPolicy
 	local string // the client queue its Unlock hands it to; "": its key's (see queue)
 	// Set by grant, before the Lock is handed out, and never changed.
-	taken time.Time // start of the acquisition, for MaxHold
-	fence int64     // 0 unless fenced
+	taken  time.Time // start of the acquisition, for MaxHold
+	fence  int64     // 0 unless fenced
+	handed bool      // it came by a handoff (a transfer), not an acquire
 
 	// op is a one-slot semaphore: Extend and Unlock hold it while they
 	// send and count, so that the lock's commands enter ch one at a time.

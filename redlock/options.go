@@ -36,6 +36,7 @@ type config struct {
 	fenced      bool   // fencing tokens on
 	shared      bool   // a read hold (RLock): node.Sharer's commands
 	local       string // the client queue an Unlock hands the lock to: a semaphore's (Semaphore.local); "": the key's
+	queue       string // the nodes' queue its waiters wait in (node.Key.Queue): a semaphore's (Semaphore.queue); "": the key's
 	// only names the last option applied that configures a client as a
 	// whole; a Lock, TryLock or Do call refuses such an option.
 	only string

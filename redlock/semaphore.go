@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
 )
 
 // A Semaphore lets at most its number of permits hold it at once, across
@@ -23,7 +26,10 @@ import (
 //
 // Two clients that use one name with different permits share the slots
 // by index: together they admit at most the larger number of holders,
-// and a client with fewer permits competes only for its own slots.
+// and a client with fewer permits competes only for its own slots. Each
+// permits value has its own line of waiters on the nodes, and a release
+// serves the releasing client's line first, so under steady contention
+// from both kinds one can wait long: give every client the same permits.
 //
 // A Semaphore is safe for concurrent use; it holds nothing on the nodes
 // itself, so it needs no closing.
@@ -33,6 +39,7 @@ type Semaphore struct {
 	permits int      // len(slots)
 	slots   []string // the slots' keys, prefix included
 	local   string   // the key of the client's own queue of its waiters (Client.join)
+	queue   string   // the nodes' queue of every client's waiters for a permit (node.Key.Queue)
 }
 
 // Semaphore returns the semaphore name with permits permits. An empty name
@@ -61,6 +68,10 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	// Semaphore of the same name with other permits has its own queue,
 	// subscriptions and handoffs (its waiters may not take every slot).
 	s.local = "\x00sem\x00" + strconv.Itoa(permits) + "\x00" + s.slots[0]
+	// One queue on the nodes for every slot, with the permits in its
+	// name for the same reason: a release hands its slot to the
+	// longest-waiting client that has no slot reserved yet.
+	s.queue = node.WaitersKey(c.cfg.prefix + name + ":permits:" + strconv.Itoa(permits))
 	return s, nil
 }
 
@@ -86,9 +97,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	if err != nil {
 		return nil, err
 	}
-	cfg.local = s.local
+	cfg.local, cfg.queue = s.local, s.queue
 	start := s.c.clk.Now()
-	l, attempts, _, err := s.try(ctx, &cfg, nil, nil)
+	l, attempts, _, err := s.try(ctx, &cfg, nil, nil, nil)
 	s.report(l, start, attempts, err)
 	return l, err
 }
@@ -106,14 +117,18 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // when no slot was heard released since that one's last round. An
 // Unlock of a permit of this client hands its slot straight to it (one
 // transfer round, as a Lock's handoff; at most 16 in a row, then the
-// slot is released for every client's waiters).
+// slot is released). Across clients, the nodes keep one line of the
+// clients waiting for any slot, in the order they came: a release
+// reserves its slot for the client at the head of the line that has no
+// slot reserved yet, and wakes only that client (docs/DESIGN.md,
+// "Semaphores").
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err error) {
 	c := s.c
 	cfg, err := c.lockConfig(s.name, opts)
 	if err != nil {
 		return nil, err
 	}
-	cfg.local = s.local
+	cfg.local, cfg.queue = s.local, s.queue
 	start := c.clk.Now()
 	var giveUp time.Time
 	if cfg.maxWait > 0 {
@@ -150,9 +165,13 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		round int   // rounds that found every slot held, this call's and those of the heads whose watches it took
 		own   int   // this call's rounds
 		qe    *QuorumError
+		p     *place // its place in the nodes' queue; nil: its rounds do not queue (yet)
 	)
 	defer func() {
 		c.withdraw(s.local, o, l)
+		if p != nil && p.tried {
+			s.leave(l)
+		}
 		if w == nil {
 			return
 		}
@@ -168,18 +187,22 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	o = c.offer(s.local, &cfg)
 	// The previous head's subscriptions, if it left them: every slot was
 	// held at its last round, and any release since is buffered in them,
-	// so with none this call need not try before it waits (a new head
-	// after every handoff would otherwise try every slot in vain).
+	// so with none this call tries one slot only (a new head after every
+	// handoff would otherwise try every slot in vain): a waiting attempt,
+	// which queues the client on the nodes again (the previous head left
+	// the queue when it got its slot).
 	tryNow, subscribed := true, false
 	if w, round = c.takeOver(s.local); w != nil {
-		subscribed = true
-		hint = w.pending()
-		tryNow = hint != nil || !w.listeningEach(len(s.slots), c.quorum)
+		subscribed, p = true, &place{}
+		if hint = w.pending(); hint == nil && w.listeningEach(len(s.slots), c.quorum) {
+			hint = []int{rand.IntN(s.permits)}
+		}
 	}
 	for {
 		poked := false
 		if tryNow {
-			l, n, p, err := s.try(ctx, &cfg, hint, o)
+			w.forgetSlots(hint)
+			l, n, pk, err := s.try(ctx, &cfg, hint, o, p)
 			rounds += n
 			if l != nil && hint != nil {
 				heard = append(heard, hint[min(n, len(hint)):]...)
@@ -192,7 +215,10 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			qe.Attempts = rounds
 			round++
 			own++
-			poked = p
+			poked = pk
+			if p == nil {
+				p = &place{} // every slot is held: the next rounds queue
+			}
 		}
 		tryNow = true
 		// The delay grows with every round since every slot was last
@@ -203,6 +229,15 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		dOwn, again := cfg.retry.Backoff(max(own, 1))
 		if !ok {
 			d = dOwn // the inherited count is past the strategy's end
+		}
+		// Queued on a majority, and heard there: a release that
+		// reserves a slot for this client names it, and one that frees
+		// a slot (no one was queued) is heard too. It wakes for those,
+		// or to renew its place before its lease ends; a local release
+		// (a poke) says nothing more.
+		named := p != nil && p.queued && w.listeningEach(len(s.slots), c.quorum)
+		if named {
+			d = queuePoll
 		}
 		if !giveUp.IsZero() {
 			left := giveUp.Sub(c.clk.Now())
@@ -215,7 +250,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			}
 			return nil, s.ended(qe, ctx, nil)
 		}
-		if poked {
+		if poked && !named {
 			// A slot of this client was released during the round,
 			// perhaps after the round had tried it: again at once.
 			hint = nil
@@ -226,7 +261,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 			// Every slot is held: subscribed on every slot, try
 			// once more at once (a release between the round and the
 			// subscription is not missed).
-			if w = c.watchKeys(s.slots, true); w != nil {
+			if w = s.watch(); w != nil {
 				if err := w.ready(ctx, c, d); err != nil {
 					return nil, s.ended(qe, ctx, err)
 				}
@@ -237,7 +272,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		var g *Lock
 		var dropped []int
 		var err error
-		hint, dropped, g, err = w.anyReleased(ctx, c, d, o)
+		hint, dropped, g, err = w.anyReleased(ctx, c, d, o, !named, 0)
 		if g != nil {
 			heard = append(heard, dropped...)
 			return g, nil
@@ -280,30 +315,88 @@ func (c *Client) takeOver(key string) (*watches, int) {
 	return w, n
 }
 
+// watch subscribes to the releases of every slot (Client.watchKeys, a
+// channel per slot) and to the releases that reserve a slot for this
+// client (node.ReservedKey), each slot's on a channel of its own
+// (watches.mine) with room for one per node. Nil when notifications are
+// off or no node offers them.
+func (s *Semaphore) watch() *watches {
+	c := s.c
+	w := c.watchKeys(s.slots, true)
+	if w == nil {
+		return nil
+	}
+	w.mine = make([]chan struct{}, len(s.slots))
+	for i := range w.mine {
+		w.mine[i] = make(chan struct{}, len(c.nodes))
+	}
+	for _, n := range c.nodes {
+		if wn, ok := n.(node.Watcher); ok {
+			for i, key := range s.slots {
+				w.named = append(w.named, wn.Watch(node.ReservedKey(key, c.tag), "", w.mine[i]))
+			}
+		}
+	}
+	return w
+}
+
+// forgetSlots drops the reservations of slots (nil: of every slot)
+// announced so far: an attempt at them is about to find out what the
+// nodes hold (as watches.forget for a Lock).
+func (w *watches) forgetSlots(slots []int) {
+	if w == nil || w.mine == nil {
+		return
+	}
+	drain := func(ch chan struct{}) {
+		for {
+			select {
+			case <-ch:
+			default:
+				return
+			}
+		}
+	}
+	if slots == nil {
+		for _, ch := range w.mine {
+			drain(ch)
+		}
+		return
+	}
+	for _, i := range slots {
+		drain(w.mine[i])
+	}
+}
+
 // listeningEach reports whether each of the n keys of a watchKeys call
-// has at least need confirmed watches, so that a release of any of
-// them on a majority of nodes is heard.
+// has at least need confirmed watches (of its releases, and of those
+// that name this client where there are such), so that a release of any
+// of them on a majority of nodes is heard. False for nil.
 func (w *watches) listeningEach(n, need int) bool {
+	if w == nil {
+		return false
+	}
 	ready := make([]int, n)
 	for j, x := range w.ws { // per node, the keys in order (watchKeys)
-		select {
-		case <-x.Ready():
+		if confirmed(x) && (w.named == nil || confirmed(w.named[j])) {
 			ready[j%n]++
-		default:
 		}
 	}
 	return slices.Min(ready) >= need
 }
 
-// pending returns the slots whose releases w has buffered, taking them;
-// nil when none.
+// pending returns the slots whose releases w has buffered, taking them,
+// and those a reservation was announced for; nil when none.
 func (w *watches) pending() []int {
 	var hint []int
 	for i, ch := range w.per {
 		select {
 		case <-ch:
 			hint = append(hint, i)
+			continue
 		default:
+		}
+		if w.mine != nil && len(w.mine[i]) > 0 {
+			hint = append(hint, i)
 		}
 	}
 	return hint
@@ -332,27 +425,56 @@ func (o *offer) received() (*Lock, bool) {
 // handed nothing over: try them all), or the handed-over lock, or ctx's
 // error, or ErrClosed. A release heard while a handoff to o is under way
 // does not end the wait: such slots come back as dropped, for the caller
-// to try, or to leave to the next waiter (watches.rebuffer).
-func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer) (hint, dropped []int, g *Lock, err error) {
+// to try, or to leave to the next waiter (watches.rebuffer). A poke of o
+// (the handoff did not come) ends it with those slots as the hint, or,
+// with pokes, with none (every slot is tried); without pokes and
+// without such slots, the wait goes on. A slot reserved for this client
+// ends the wait once a majority of nodes announced it, or grace after
+// the first announcement (as Client.sleep).
+func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer, pokes bool, grace time.Duration) (hint, dropped []int, g *Lock, err error) {
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
 	var gift chan *Lock
 	if o != nil {
 		gift = o.gift
 	}
+	var (
+		late  clock.Timer
+		lateC <-chan time.Time
+	)
+	defer func() {
+		if late != nil {
+			late.Stop()
+		}
+	}()
 	cases := []reflect.SelectCase{
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(gift)},
+		{Dir: reflect.SelectRecv}, // lateC, once set
 	}
-	const slot0 = 4
-	var per []chan struct{}
+	const slot0 = 5
+	var per, mine []chan struct{}
 	if w != nil {
-		per = w.per
+		per, mine = w.per, w.mine
 	}
 	for _, ch := range per {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	mine0 := len(cases)
+	for _, ch := range mine {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	heard := make([]int, len(mine))
+	announced := func() []int {
+		var slots []int
+		for i, n := range heard {
+			if n > 0 {
+				slots = append(slots, i)
+			}
+		}
+		return slots
 	}
 	for {
 		chosen, v, _ := reflect.Select(cases)
@@ -362,13 +484,43 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 		case 1:
 			return nil, dropped, nil, ErrClosed
 		case 2:
-			return nil, nil, nil, nil
+			return nil, nil, nil, nil // every slot is tried
+		case 4:
+			cases[4].Chan = reflect.Value{}
+			if c.awaited(o) {
+				continue
+			}
+			return announced(), dropped, nil, nil
 		case 3:
 			g, _ = v.Interface().(*Lock)
-			if g == nil {
-				dropped = nil // poked: every slot is tried
+			switch {
+			case g != nil:
+				return nil, dropped, g, nil
+			case pokes:
+				return nil, nil, nil, nil // poked: every slot is tried
+			case dropped != nil:
+				// The handoff did not come: the slots heard released
+				// meanwhile are tried.
+				return dropped, nil, nil, nil
 			}
-			return nil, dropped, g, nil
+			continue
+		}
+		if chosen >= mine0 {
+			// A node reserved the slot for this client.
+			i := chosen - mine0
+			if heard[i]++; heard[i] < c.quorum && grace > 0 {
+				if late == nil {
+					late = c.clk.NewTimer(grace)
+					lateC = late.C()
+					cases[4].Chan = reflect.ValueOf(lateC)
+				}
+				continue
+			}
+			if c.awaited(o) {
+				dropped = append(dropped, i)
+				continue
+			}
+			return announced(), dropped, nil, nil
 		}
 		if c.awaited(o) {
 			// The handoff under way brings a slot; this one is kept
@@ -391,9 +543,39 @@ func (w *watches) rebuffer(slots []int) {
 	}
 }
 
+// place is a waiting Acquire's place in the nodes' queue of a semaphore
+// (Semaphore.queue).
+type place struct {
+	ticket int64 // the largest ticket a node gave it; 0 before the first
+	queued bool  // its last refused attempt was queued on a majority
+	tried  bool  // it has made a waiting attempt: it may be registered
+}
+
+// leave takes the client out of the nodes' queue of the semaphore when
+// an Acquire that queued ends with l (nil: none): where l's acquire did
+// not (it left the queue where it set the key), on every node when l was
+// handed over (a waiting attempt may have queued the client again after
+// the transfer), or on every node and slot when it got none (a slot may
+// be reserved for it).
+func (s *Semaphore) leave(l *Lock) {
+	switch {
+	case l != nil && l.handed:
+		s.c.leaveWaiters(l.k.Name, s.queue, false, nil)
+		return
+	case l != nil:
+		s.c.leaveWaiters(l.k.Name, s.queue, false, l)
+		return
+	}
+	for _, k := range s.slots {
+		s.c.leaveWaiters(k, s.queue, false, nil)
+	}
+}
+
 // try makes one attempt at each slot in only (nil: at every slot, from
 // a random one) until one is granted; it returns the lock, the attempts
-// made and, when none was granted, the last attempt's error. It stops
+// made and, when none was granted, the last attempt's error. With p
+// (nil: plain attempts) the attempts queue on the nodes in p's place,
+// and take a slot reserved for this client. It stops
 // early on an error that is not a refusal (ErrClosed), when ctx ends, and
 // when so many nodes refuse for good (credentials, no scripts, ...) that
 // no slot can be had. Waiters woken by a release try the released slot
@@ -401,23 +583,27 @@ func (w *watches) rebuffer(slots []int) {
 // holders' releases. A slot handed to o (nil: none) meanwhile ends the
 // round with it; poked says o was poked during the round (a slot of this
 // client was released, perhaps after the round had tried it).
-func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer) (l *Lock, attempts int, poked bool, err error) {
+func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, p *place) (l *Lock, attempts int, poked bool, err error) {
 	n, first := len(only), 0
 	if n == 0 {
 		n = s.permits
 		first = rand.IntN(s.permits)
 	}
 	for j := range n {
-		g, p := o.received()
+		g, pk := o.received()
 		if g != nil {
 			return g, j, poked, nil
 		}
-		poked = poked || p
+		poked = poked || pk
 		slot := (first + j) % s.permits
 		if only != nil {
 			slot = only[j]
 		}
-		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, false, 0)
+		var ticket int64
+		if p != nil {
+			p.tried, ticket = true, p.ticket
+		}
+		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket)
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr
@@ -425,6 +611,9 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer) 
 			return l, j + 1, poked, nil
 		}
 		err = qe
+		if p != nil {
+			p.ticket, p.queued = max(p.ticket, qe.ticket), qe.queued
+		}
 		if qe.ctxErr != nil || s.c.hopeless(qe.perm) {
 			return nil, j + 1, poked, qe
 		}

@@ -461,3 +461,70 @@ func TestSemaphoresOfOneNameWithOtherPermitsQueueApart(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	}
 }
+
+// TestSemaphoreReleaseGoesToTheLongestWaitingClient: with every permit
+// held by one client, a client that waits first gets the first permit
+// released, and the one that waits next the next, though both hear every
+// release: the nodes keep one line of waiting clients for all the slots
+// (node.Key.Queue), and a release reserves its slot for the head of the
+// line that has no slot reserved yet.
+func TestSemaphoreReleaseGoesToTheLongestWaitingClient(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	opts := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
+	a, b, c := handoffClient(t, nodes, clk, opts), handoffClient(t, nodes, clk, opts), handoffClient(t, nodes, clk, opts)
+	ctx := context.Background()
+	sems := make([]*redlock.Semaphore, 3)
+	for i, cl := range []*redlock.Client{a, b, c} {
+		var err error
+		sems[i], err = cl.Semaphore("s", 2)
+		require.NoError(t, err)
+	}
+	q := node.WaitersKey("s:permits:2")
+	counts := func() []int {
+		var out []int
+		for _, nd := range nodes {
+			out = append(out, nd.(watchHandoff).queued(q))
+		}
+		return out
+	}
+	queued := func(n int) func() bool {
+		return func() bool {
+			for _, nd := range nodes {
+				if nd.(watchHandoff).queued(q) != n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	held := holdAll(t, sems[0])
+	rb := acquireAsync(ctx, sems[1])
+	if !assert.Eventually(t, queued(1), 5*time.Second, time.Millisecond) {
+		t.Fatalf("b queues: %v", counts())
+	}
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond)
+	rc := acquireAsync(ctx, sems[2])
+	if !assert.Eventually(t, queued(2), 5*time.Second, time.Millisecond) {
+		t.Fatalf("c queues behind b: %v", counts())
+	}
+	require.Eventually(t, func() bool { return clk.Waiters() >= 2 }, 5*time.Second, time.Millisecond)
+
+	require.NoError(t, held[redlock.PermitKey("s", 1)].Unlock(ctx))
+	gb := <-rb
+	require.NoError(t, gb.err, "b waited longest")
+	assert.Equal(t, redlock.PermitKey("s", 1), gb.l.Key())
+	select {
+	case r := <-rc:
+		t.Fatalf("c got %v (err %v) with no permit free", r.l, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, held[redlock.PermitKey("s", 0)].Unlock(ctx))
+	gc := <-rc
+	require.NoError(t, gc.err)
+	assert.Equal(t, redlock.PermitKey("s", 0), gc.l.Key())
+	require.Eventually(t, queued(0), 5*time.Second, time.Millisecond, "nobody is left in the line")
+	for _, l := range []*redlock.Lock{gb.l, gc.l} {
+		require.NoError(t, l.Unlock(ctx))
+		require.Eventually(t, func() bool { return holders(fakes, l.Key(), "") == len(fakes) }, 5*time.Second, time.Millisecond, "%s is free", l.Key())
+	}
+}

@@ -137,8 +137,9 @@ type watches struct {
 	released chan struct{}   // every node's watch sends here, or
 	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there
 	ws       []node.Watch
-	named    []node.Watch  // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
-	reserved chan struct{} // every named watch sends here: room for one reservation per node (see Client.sleep)
+	named    []node.Watch    // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
+	mine     []chan struct{} // a semaphore's: per slot, the named watches' of the slot send there (room for one per node)
+	reserved chan struct{}   // every named watch sends here: room for one reservation per node (see Client.sleep)
 }
 
 // watch subscribes to key's releases on every node that offers it, and,
