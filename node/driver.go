@@ -30,7 +30,7 @@ type Script struct {
 // documents its KEYS, ARGV and reply; the Parse functions below read
 // the replies.
 type Scripts struct {
-	// Acquire: KEYS key, WaitersKey(key); ARGV token, ttl ms, owner ("":
+	// Acquire: KEYS key, Key.Waiters(); ARGV token, ttl ms, owner ("":
 	// do not queue), WaiterLease ms, ticket. Reply: ParseAcquire.
 	Acquire Script
 	// Extend: KEYS key; ARGV token, ttl ms. Reply: ParseStatus.
@@ -50,7 +50,7 @@ type Scripts struct {
 	// successor's token, ttl ms, owner, "1" if the holder's Key.Queue is
 	// set else "0". Reply: ParseStatus.
 	Transfer Script
-	// Leave: KEYS key, WaitersKey(key); ARGV owner. Reply: 1.
+	// Leave: KEYS key, Key.Waiters(); ARGV owner. Reply: 1.
 	Leave Script
 	// AcquireShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
 	// token, ttl ms, owner ("": do not queue), WaiterLease ms, ticket.
@@ -67,8 +67,9 @@ type Scripts struct {
 // ReleaseMode is release.lua's ARGV[2] for Node.Release(k, announce):
 // "1" to hand the key on and announce it (an Unlock), "0" to delete it
 // quietly (a rollback), "2" for the rollback of a key whose queue serves
-// other keys too (k.Queue set, a semaphore's slot): handed on quietly
-// where anyone is queued, else deleted, so that no waiter is left waiting
+// other keys too (k.Queue set, a semaphore's slot): reserved for the head
+// of the queue where anyone is queued (announced on the head's own
+// channel only), else deleted quietly, so that no waiter is left waiting
 // for a key that is free and that no release announced.
 func ReleaseMode(k Key, announce bool) string {
 	switch {

@@ -1009,7 +1009,7 @@ func testSharedQueue(t *testing.T, f Factory) {
 		t.Skip("the node is not a node.Handoffer")
 	}
 	names := []string{"lk:sq:permit:0", "lk:sq:permit:1"}
-	q := node.WaitersKey("lk:sq:permits:2")
+	q := "lk:sq:permits:2:line"
 	key := func(i int, tok, owner string, ticket int64) node.Key {
 		return node.Key{Name: names[i], Token: tok, Owner: owner, Ticket: ticket}.InQueue(q)
 	}
@@ -1032,7 +1032,8 @@ func testSharedQueue(t *testing.T, f Factory) {
 	assert.Equal(t, "~c", e.get(names[1]), "key 1 goes to c: b has key 0 reserved")
 	require.NotNil(t, receive(t, toC, 5*time.Second), "announced to c")
 	assert.Nil(t, receive(t, toB, 100*time.Millisecond), "not to b")
-	e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-b3", "b", b), time.Minute, true))(node.Taken, "b does not take c's key")
+	res := e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-b3", "b", b), time.Minute, true))(node.Taken, "b does not take c's key")
+	assert.Equal(t, b, res.Ticket, "and stays queued with its ticket")
 	bk := key(0, "tok-b4", "b", b)
 	ck := key(1, "tok-c2", "c", c)
 	e.resultOf(e.n.Acquire(e.ctx, bk, time.Minute, true))(node.Done, "b takes key 0")
@@ -1052,6 +1053,21 @@ func testSharedQueue(t *testing.T, f Factory) {
 	e.resultOf(e.n.Release(e.ctx, bk, false))(node.Done, "a rollback of key 0, nobody queued")
 	assert.Equal(t, int64(0), e.do("EXISTS", names[0]), "deletes it")
 	e.resultOf(e.n.Release(e.ctx, dk, true))(node.Done, "d releases")
+
+	// x, alone in line with key 0 reserved for it, does not take key 1
+	// when it finds it free: it takes its own.
+	e.resultOf(e.n.Acquire(e.ctx, h0, time.Minute, false))(node.Done, "h takes key 0 again")
+	e.resultOf(e.n.Acquire(e.ctx, h1, time.Minute, false))(node.Done, "h takes key 1 again")
+	x := e.resultOf(e.n.Acquire(e.ctx, key(0, "tok-x1", "x", 0), time.Minute, true))(node.Taken, "x waits").Ticket
+	e.resultOf(e.n.Release(e.ctx, h0, true))(node.Done, "h releases key 0")
+	assert.Equal(t, "~x", e.get(names[0]))
+	e.resultOf(e.n.Release(e.ctx, h1, false))(node.Done, "a rollback of key 1, only x in line")
+	assert.Equal(t, int64(0), e.do("EXISTS", names[1]), "x has a key reserved: key 1 is free")
+	res = e.resultOf(e.n.Acquire(e.ctx, key(1, "tok-x2", "x", x), time.Minute, true))(node.Taken, "x does not take key 1")
+	assert.Equal(t, x, res.Ticket)
+	xk := key(0, "tok-x3", "x", x)
+	e.resultOf(e.n.Acquire(e.ctx, xk, time.Minute, true))(node.Done, "x takes key 0")
+	e.resultOf(e.n.Release(e.ctx, xk, true))(node.Done, "x releases")
 	for _, k := range append(names, q) {
 		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s is gone", k)
 	}

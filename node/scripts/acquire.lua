@@ -14,8 +14,9 @@
 --          otherwise {wait, ticket}: wait is the holder's PTTL in
 --          milliseconds (-1: no expiry), or, when the key is free but
 --          another waiter heads the queue, what is left of that waiter's
---          lease; ticket is the caller's ticket on this node (0: no queue
---          here). Without a tag, the PTTL alone.
+--          lease (1 when every waiter has a key of the queue reserved, see
+--          queue_head); ticket is the caller's ticket on this node (0: no
+--          queue here). Without a tag, the PTTL alone.
 -- A token is fresh for every attempt, so finding it means this very command
 -- ran before: a Redis client that retried it after a lost reply. Answering
 -- "taken" would leave the key behind, since a client does not roll back a
@@ -63,6 +64,11 @@ local ok, head, mine, lease = pcall(function()
   local now = now_ms()
   local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now)
   local h, hl = queue_head(wk, now, nil)
+  if not h then
+    -- Every waiter, the caller too, has a key of the queue reserved (a
+    -- queue that serves several keys): the caller takes its own.
+    return "", mine, 1
+  end
   return h, mine, hl - now
 end)
 if not v and (not ok or head == tag) then

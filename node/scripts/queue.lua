@@ -107,8 +107,9 @@ local function hand_on(key, wk, skip, quiet)
     local now = now_ms()
     local h, lease, tk = queue_head(wk, now, skip)
     if h and string.sub(h, 1, 1) ~= "r" and wk ~= key .. ":waiters" then
-      -- A queue that serves other keys too: the next release of one of
-      -- them goes to the next head.
+      -- A queue that serves other keys too (a lock's own queue is
+      -- node.WaitersKey(key); a semaphore's line is named otherwise):
+      -- the next release of one of them goes to the next head.
       redis.call("HSET", wk, h, tk .. ":" .. lease .. ":" .. lease)
     end
     if h then

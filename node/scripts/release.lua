@@ -23,10 +23,12 @@ if v ~= ARGV[1] then
   end
   return -1
 end
--- The common case, before the libraries are defined (each definition
--- costs the script a closure per call): a rollback, or an Unlock with no
--- one queued, frees the key and announces it to all, as hand_on would.
--- redis.pcall: a user that may not run EXISTS takes hand_on's path.
+-- The common cases, before the libraries are defined (each definition
+-- costs the script a closure per call): a rollback frees the key
+-- quietly, and an Unlock with no one queued frees it and announces it
+-- to all, as hand_on would (a mode "2" rollback with no one queued: as a
+-- rollback). redis.pcall: a user that may not run EXISTS takes hand_on's
+-- path.
 if ARGV[2] == "0" then
   redis.call("DEL", KEYS[1])
   return 1
