@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quorumlock/redlock/clock"
 	"github.com/quorumlock/redlock/node"
 )
 
@@ -68,10 +67,12 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	// Semaphore of the same name with other permits has its own queue,
 	// subscriptions and handoffs (its waiters may not take every slot).
 	s.local = "\x00sem\x00" + strconv.Itoa(permits) + "\x00" + s.slots[0]
-	// One queue on the nodes for every slot, with the permits in its
-	// name for the same reason: a release hands its slot to the
-	// longest-waiting client that has no slot reserved yet.
-	s.queue = node.WaitersKey(c.cfg.prefix + name + ":permits:" + strconv.Itoa(permits))
+	// One queue on the nodes for every slot, its line, with the
+	// permits in its name for the same reason: a release hands its slot
+	// to the longest-waiting client that has no slot reserved yet. Not
+	// a lock's queue (node.WaitersKey): the scripts tell a queue that
+	// serves several keys by that.
+	s.queue = c.cfg.prefix + name + ":permits:" + strconv.Itoa(permits) + ":line"
 	return s, nil
 }
 
@@ -169,15 +170,17 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	)
 	defer func() {
 		c.withdraw(s.local, o, l)
-		if p != nil && p.tried {
-			s.leave(l)
+		passed := false
+		if w != nil {
+			w.rebuffer(heard)
+			if passed = c.passOn(s.local, w, round); !passed {
+				w.stop()
+			}
 		}
-		if w == nil {
-			return
-		}
-		w.rebuffer(heard)
-		if !c.passOn(s.local, w, round) {
-			w.stop()
+		if p != nil && p.tried && !passed {
+			// No waiter of this client takes over its place in the
+			// line (and the reservations announced to it).
+			s.leave()
 		}
 	}()
 	// Ready for a slot that an Unlock of this client hands over from the
@@ -272,7 +275,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		var g *Lock
 		var dropped []int
 		var err error
-		hint, dropped, g, err = w.anyReleased(ctx, c, d, o, !named, 0)
+		hint, dropped, g, err = w.anyReleased(ctx, c, d, o, !named)
 		if g != nil {
 			heard = append(heard, dropped...)
 			return g, nil
@@ -429,32 +432,24 @@ func (o *offer) received() (*Lock, bool) {
 // (the handoff did not come) ends it with those slots as the hint, or,
 // with pokes, with none (every slot is tried); without pokes and
 // without such slots, the wait goes on. A slot reserved for this client
-// ends the wait once a majority of nodes announced it, or grace after
-// the first announcement (as Client.sleep).
-func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer, pokes bool, grace time.Duration) (hint, dropped []int, g *Lock, err error) {
+// ends the wait at the first node's announcement: waiting for a majority
+// of them (as Client.sleep does for a Lock) measured slower here, as a
+// line that serves several slots is often split across nodes for a
+// moment, and the rollback of a minority hands the slot on.
+func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer, pokes bool) (hint, dropped []int, g *Lock, err error) {
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
 	var gift chan *Lock
 	if o != nil {
 		gift = o.gift
 	}
-	var (
-		late  clock.Timer
-		lateC <-chan time.Time
-	)
-	defer func() {
-		if late != nil {
-			late.Stop()
-		}
-	}()
 	cases := []reflect.SelectCase{
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(gift)},
-		{Dir: reflect.SelectRecv}, // lateC, once set
 	}
-	const slot0 = 5
+	const slot0 = 4
 	var per, mine []chan struct{}
 	if w != nil {
 		per, mine = w.per, w.mine
@@ -466,16 +461,6 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 	for _, ch := range mine {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 	}
-	heard := make([]int, len(mine))
-	announced := func() []int {
-		var slots []int
-		for i, n := range heard {
-			if n > 0 {
-				slots = append(slots, i)
-			}
-		}
-		return slots
-	}
 	for {
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
@@ -485,12 +470,6 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 			return nil, dropped, nil, ErrClosed
 		case 2:
 			return nil, nil, nil, nil // every slot is tried
-		case 4:
-			cases[4].Chan = reflect.Value{}
-			if c.awaited(o) {
-				continue
-			}
-			return announced(), dropped, nil, nil
 		case 3:
 			g, _ = v.Interface().(*Lock)
 			switch {
@@ -505,30 +484,19 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 			}
 			continue
 		}
+		i := chosen - slot0 // a release of slot i
 		if chosen >= mine0 {
-			// A node reserved the slot for this client.
-			i := chosen - mine0
-			if heard[i]++; heard[i] < c.quorum && grace > 0 {
-				if late == nil {
-					late = c.clk.NewTimer(grace)
-					lateC = late.C()
-					cases[4].Chan = reflect.ValueOf(lateC)
-				}
-				continue
-			}
-			if c.awaited(o) {
-				dropped = append(dropped, i)
-				continue
-			}
-			return announced(), dropped, nil, nil
+			i = chosen - mine0 // a node reserved slot i for this client
 		}
 		if c.awaited(o) {
 			// The handoff under way brings a slot; this one is kept
 			// in case it does not.
-			dropped = append(dropped, chosen-slot0)
+			dropped = append(dropped, i)
 			continue
 		}
-		return append([]int{chosen - slot0}, w.pending()...), dropped, nil, nil
+		hint = append([]int{i}, w.pending()...)
+		slices.Sort(hint)
+		return slices.Compact(hint), dropped, nil, nil
 	}
 }
 
@@ -551,21 +519,14 @@ type place struct {
 	tried  bool  // it has made a waiting attempt: it may be registered
 }
 
-// leave takes the client out of the nodes' queue of the semaphore when
-// an Acquire that queued ends with l (nil: none): where l's acquire did
-// not (it left the queue where it set the key), on every node when l was
-// handed over (a waiting attempt may have queued the client again after
-// the transfer), or on every node and slot when it got none (a slot may
-// be reserved for it).
-func (s *Semaphore) leave(l *Lock) {
-	switch {
-	case l != nil && l.handed:
-		s.c.leaveWaiters(l.k.Name, s.queue, false, nil)
-		return
-	case l != nil:
-		s.c.leaveWaiters(l.k.Name, s.queue, false, l)
-		return
-	}
+// leave takes the client out of the nodes' line of the semaphore, in
+// the background, when an Acquire that queued there ends and no other
+// waiter of the client takes over: on every node (an acquire that set
+// its slot left the line there, but a waiting attempt still on its way
+// when a handoff came may have queued the client again) and at every
+// slot, so that a slot reserved for the client is handed on to the next
+// client in line (Handoffer.Leave).
+func (s *Semaphore) leave() {
 	for _, k := range s.slots {
 		s.c.leaveWaiters(k, s.queue, false, nil)
 	}

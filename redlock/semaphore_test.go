@@ -464,10 +464,12 @@ func TestSemaphoresOfOneNameWithOtherPermitsQueueApart(t *testing.T) {
 
 // TestSemaphoreReleaseGoesToTheLongestWaitingClient: with every permit
 // held by one client, a client that waits first gets the first permit
-// released, and the one that waits next the next, though both hear every
-// release: the nodes keep one line of waiting clients for all the slots
-// (node.Key.Queue), and a release reserves its slot for the head of the
-// line that has no slot reserved yet.
+// released, and the one that waits next the next, released at once
+// after it, though both hear every release: the nodes keep one line of
+// waiting clients for all the slots (node.Key.Queue), and a release
+// reserves its slot for the head of the line that has no slot reserved
+// yet (without that, the second slot would be reserved for the first
+// client too, and the second would wait for an hour).
 func TestSemaphoreReleaseGoesToTheLongestWaitingClient(t *testing.T) {
 	fakes, _, nodes, clk := watchHandoffNodes()
 	opts := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
@@ -479,7 +481,7 @@ func TestSemaphoreReleaseGoesToTheLongestWaitingClient(t *testing.T) {
 		sems[i], err = cl.Semaphore("s", 2)
 		require.NoError(t, err)
 	}
-	q := node.WaitersKey("s:permits:2")
+	q := "s:permits:2:line"
 	counts := func() []int {
 		var out []int
 		for _, nd := range nodes {
@@ -510,18 +512,22 @@ func TestSemaphoreReleaseGoesToTheLongestWaitingClient(t *testing.T) {
 	require.Eventually(t, func() bool { return clk.Waiters() >= 2 }, 5*time.Second, time.Millisecond)
 
 	require.NoError(t, held[redlock.PermitKey("s", 1)].Unlock(ctx))
-	gb := <-rb
-	require.NoError(t, gb.err, "b waited longest")
-	assert.Equal(t, redlock.PermitKey("s", 1), gb.l.Key())
-	select {
-	case r := <-rc:
-		t.Fatalf("c got %v (err %v) with no permit free", r.l, r.err)
-	case <-time.After(50 * time.Millisecond):
-	}
 	require.NoError(t, held[redlock.PermitKey("s", 0)].Unlock(ctx))
-	gc := <-rc
+	var gb, gc acquired
+	for _, r := range []struct {
+		out *acquired
+		in  <-chan acquired
+	}{{&gb, rb}, {&gc, rc}} {
+		select {
+		case *r.out = <-r.in:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter was not served")
+		}
+	}
+	require.NoError(t, gb.err, "b waited longest")
 	require.NoError(t, gc.err)
-	assert.Equal(t, redlock.PermitKey("s", 0), gc.l.Key())
+	assert.Equal(t, redlock.PermitKey("s", 1), gb.l.Key(), "b gets the first slot released")
+	assert.Equal(t, redlock.PermitKey("s", 0), gc.l.Key(), "c the second")
 	require.Eventually(t, queued(0), 5*time.Second, time.Millisecond, "nobody is left in the line")
 	for _, l := range []*redlock.Lock{gb.l, gc.l} {
 		require.NoError(t, l.Unlock(ctx))
