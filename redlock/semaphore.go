@@ -190,15 +190,24 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	o = c.offer(s.local, &cfg)
 	// The previous head's subscriptions, if it left them: every slot was
 	// held at its last round, and any release since is buffered in them,
-	// so with none this call tries one slot only (a new head after every
-	// handoff would otherwise try every slot in vain): a waiting attempt,
-	// which queues the client on the nodes again (the previous head left
-	// the queue when it got its slot).
+	// so with none this call need not try every slot (a new head after
+	// every handoff would otherwise try them all in vain). Where the
+	// nodes keep the line, it makes one waiting attempt, at a random
+	// slot, which queues the client again (the previous head left the
+	// line when it got its slot); elsewhere it waits at once.
 	tryNow, subscribed := true, false
 	if w, round = c.takeOver(s.local); w != nil {
-		subscribed, p = true, &place{}
-		if hint = w.pending(); hint == nil && w.listeningEach(len(s.slots), c.quorum) {
-			hint = []int{rand.IntN(s.permits)}
+		subscribed = true
+		hint = w.pending()
+		listening := w.listeningEach(len(s.slots), c.quorum)
+		switch {
+		case c.handoff:
+			p = &place{}
+			if hint == nil && listening {
+				hint = []int{rand.IntN(s.permits)}
+			}
+		default:
+			tryNow = hint != nil || !listening
 		}
 	}
 	for {
