@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
 )
 
@@ -188,4 +189,115 @@ func TestSemaphoreClientsWithDifferentPermits(t *testing.T) {
 	for _, l := range held {
 		require.NoError(t, l.Unlock(ctx))
 	}
+}
+
+// lineLength counts the clients in the semaphore's line on node i of
+// the shared cluster (its hash, less the ticket counter).
+func lineLength(t *testing.T, i int, line string) int {
+	t.Helper()
+	v, err := shared.Direct(i).Command(context.Background(), "HLEN", line)
+	require.NoError(t, err)
+	n, _ := v.(int64)
+	return max(0, int(n)-1)
+}
+
+// semHoldEverywhere takes every permit of s and returns them once each
+// slot holds its token on every node (see lockEverywhere).
+func semHoldEverywhere(t *testing.T, s *redlock.Semaphore) []*redlock.Lock {
+	t.Helper()
+	ctx := context.Background()
+	for range 10 {
+		var held []*redlock.Lock
+		for range s.Permits() {
+			if l, err := s.TryAcquire(ctx); err == nil {
+				held = append(held, l)
+			}
+		}
+		all := len(held) == s.Permits()
+		for _, l := range held {
+			for i := range shared.Size() {
+				all = all && scToken(t, shared, i, l.Key()) == l.Token()
+			}
+		}
+		if all {
+			return held
+		}
+		for _, l := range held {
+			_ = l.Unlock(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the permits are not held on every node after 10 tries")
+	return nil
+}
+
+// TestSemaphoreServesClientsInTheOrderTheyCame: with both permits held,
+// three clients wait in turn; the two permits released one right after
+// the other go to the first two, and the next release to the third,
+// though every waiting client hears every release: the nodes keep one
+// line of waiting clients for the semaphore's slots, and each release
+// reserves its slot for the next client in line that has none reserved.
+func TestSemaphoreServesClientsInTheOrderTheyCame(t *testing.T) {
+	const ttl = 5 * time.Second
+	p := prefix(t, ttl+node.WaiterLease+time.Second)
+	opts := scOpts(ttl, 500*time.Millisecond)
+	holder := client(t, opts...)
+	hs, err := holder.Semaphore(p+"s", 2)
+	require.NoError(t, err)
+	line := p + "s:permits:2:line"
+	held := semHoldEverywhere(t, hs)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type grant struct {
+		who int
+		l   *redlock.Lock
+		err error
+	}
+	grants := make(chan grant, 3)
+	for who := range 3 {
+		s, err := client(t, opts...).Semaphore(p+"s", 2)
+		require.NoError(t, err)
+		go func() {
+			l, err := s.Acquire(ctx)
+			grants <- grant{who, l, err}
+		}()
+		require.Eventually(t, func() bool {
+			for i := range shared.Size() {
+				if lineLength(t, i, line) != who+1 {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "client %d in line on every node", who)
+	}
+
+	require.NoError(t, held[0].Unlock(ctx))
+	require.NoError(t, held[1].Unlock(ctx))
+	var first []grant
+	for range 2 {
+		select {
+		case g := <-grants:
+			require.NoError(t, g.err, "client %d", g.who)
+			first = append(first, g)
+		case <-ctx.Done():
+			t.Fatal("two permits released, and not two clients served")
+		}
+	}
+	assert.ElementsMatch(t, []int{0, 1}, []int{first[0].who, first[1].who}, "the first two in line are served first")
+	select {
+	case g := <-grants:
+		t.Fatalf("client %d served with both permits held", g.who)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, first[0].l.Unlock(ctx))
+	select {
+	case g := <-grants:
+		require.NoError(t, g.err)
+		assert.Equal(t, 2, g.who)
+		require.NoError(t, g.l.Unlock(ctx))
+	case <-ctx.Done():
+		t.Fatal("the third client was not served")
+	}
+	require.NoError(t, first[1].l.Unlock(ctx))
 }
