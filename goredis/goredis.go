@@ -231,7 +231,11 @@ func (n *redisNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (
 // queue and announces it on node.ReleaseChannel(k.Name) when announce is
 // set.
 func (n *redisNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
-	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, node.ReleaseMode(k, announce))
+	flag := announceNo
+	if announce {
+		flag = announceYes
+	}
+	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag)
 }
 
 // The values of release.lua's ARGV[2], boxed once.
@@ -257,12 +261,8 @@ func (n *redisNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, c
 
 // Transfer runs transfer.lua (see node.Handoffer).
 func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Duration) (node.Result, error) {
-	force := "0"
-	if from.Queue != "" {
-		force = "1"
-	}
 	return n.status(ctx, "transfer", scripts.transfer, []string{from.Name, from.Waiters()},
-		from.Token, to.Token, ttl.Milliseconds(), from.Owner, force)
+		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 }
 
 // Leave runs leave.lua: k.Owner out of the key's queue, and a key

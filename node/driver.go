@@ -35,8 +35,8 @@ type Scripts struct {
 	Acquire Script
 	// Extend: KEYS key; ARGV token, ttl ms. Reply: ParseStatus.
 	Extend Script
-	// Release: KEYS key, Key.Waiters(); ARGV token, ReleaseMode(k,
-	// announce). Reply: ParseStatus.
+	// Release: KEYS key, Key.Waiters(); ARGV token, "1" to hand on and
+	// announce or "0". Reply: ParseStatus.
 	Release Script
 	// Inspect: KEYS key, ReadersKey(key). Reply: ParseInspect.
 	Inspect Script
@@ -47,8 +47,7 @@ type Scripts struct {
 	// TTL ms. Reply: ParseStatus.
 	ConfirmFence Script
 	// Transfer: KEYS key, Key.Waiters(); ARGV holder's token,
-	// successor's token, ttl ms, owner, "1" if the holder's Key.Queue is
-	// set else "0". Reply: ParseStatus.
+	// successor's token, ttl ms, owner. Reply: ParseStatus.
 	Transfer Script
 	// Leave: KEYS key, Key.Waiters(); ARGV owner. Reply: 1.
 	Leave Script
@@ -62,23 +61,6 @@ type Scripts struct {
 	// ReleaseShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
 	// token, "1" to hand on and announce or "0". Reply: ParseStatus.
 	ReleaseShared Script
-}
-
-// ReleaseMode is release.lua's ARGV[2] for Node.Release(k, announce):
-// "1" to hand the key on and announce it (an Unlock), "0" to delete it
-// quietly (a rollback), "2" for the rollback of a key whose queue serves
-// other keys too (k.Queue set, a semaphore's slot): reserved for the head
-// of the queue where anyone is queued (announced on the head's own
-// channel only), else deleted quietly, so that no waiter is left waiting
-// for a key that is free and that no release announced.
-func ReleaseMode(k Key, announce bool) string {
-	switch {
-	case announce:
-		return "1"
-	case k.Queue != "":
-		return "2"
-	}
-	return "0"
 }
 
 // LuaScripts returns the scripts a lock node runs. Run them by EVALSHA

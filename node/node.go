@@ -327,7 +327,9 @@ const WaiterLease = 2 * time.Second
 // quietly where anyone is queued, as no announcement would wake the
 // head for a key left free, and Transfer of such a key transfers within
 // the client even when another client is queued: the client bounds those
-// chains, and its release then reserves the key for the head.
+// chains, and its release then reserves the key for the head. The
+// scripts tell such a queue by its name: any other than
+// WaitersKey(Name), so a driver passes Key.Waiters() and nothing more.
 type Handoffer interface {
 	// Transfer sets the key to to.Token with TTL ttl where it holds
 	// from.Token, or nothing, or to.Token already (the same command run

@@ -347,11 +347,8 @@ func (r *Redis) Extend(ctx context.Context, k Key, ttl time.Duration) (Result, e
 // set.
 func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, error) {
 	flag := announceNo
-	switch ReleaseMode(k, announce) {
-	case "1":
+	if announce {
 		flag = announceYes
-	case "2":
-		flag = announceQueue
 	}
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag})
@@ -363,7 +360,7 @@ func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, erro
 }
 
 // The boxed values of release.lua's ARGV[2].
-var announceYes, announceNo, announceQueue any = "1", "0", "2"
+var announceYes, announceNo any = "1", "0"
 
 // AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
 // was set, the fence counter raised in the same step (see Fencer).
@@ -388,11 +385,7 @@ func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL
 
 // Transfer runs transfer.lua (see Handoffer).
 func (r *Redis) Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error) {
-	force := "0"
-	if from.Queue != "" {
-		force = "1"
-	}
-	reply, err := r.evalKeys(ctx, "transfer", transferScript, 2, from.Name, from.Waiters(), from.Token, to.Token, ttl.Milliseconds(), from.Owner, force)
+	reply, err := r.evalKeys(ctx, "transfer", transferScript, 2, from.Name, from.Waiters(), from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 	if err != nil {
 		return Result{}, err
 	}

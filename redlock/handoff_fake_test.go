@@ -130,7 +130,7 @@ func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration
 }
 
 func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
-	if node.ReleaseMode(k, announce) == "0" {
+	if !announce && k.Queue == "" {
 		return n.fakeNode.Release(ctx, k, announce)
 	}
 	if err := n.hook(ctx, "release"); err != nil {

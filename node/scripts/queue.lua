@@ -1,16 +1,19 @@
 -- queue.lua: the waiter queue of a lock key, spliced into every script that
 -- reads or changes it (acquire, release, transfer, leave) at its line
 -- --[[libraries]] (prepended to one without that line).
--- KEYS[2] of those scripts (node.WaitersKey) is a hash: per waiting client
--- tag (node.Key.Owner), "<ticket>:<lease end>", the lease end in the node's
--- milliseconds (TIME), followed by ":<end>" while a key is reserved for
--- that waiter until end (hand_on); field "#" holds the last ticket given
--- out. The head of the queue is the live waiter with the lowest ticket,
--- the lower tag breaking ties, among those no key is reserved for: one
--- queue may serve several keys (a semaphore's slots, node.Key.Queue),
--- and a waiter takes one key at a time. Tickets are agreed by the waiter across nodes (the
--- largest one a majority gave it, see acquire.lua), so the nodes order
--- the waiters registered on them the same way.
+-- KEYS[2] of those scripts (node.Key.Waiters) is a hash: per waiting
+-- client tag (node.Key.Owner), "<ticket>:<lease end>", the lease end in
+-- the node's milliseconds (TIME), followed by ":<end>" while a key is
+-- reserved for that waiter until end (hand_on); field "#" holds the last
+-- ticket given out. The head of the queue is the live waiter with the
+-- lowest ticket, the lower tag breaking ties, among those no key is
+-- reserved for. A queue is a lock's own when KEYS[2] is KEYS[1] ..
+-- ":waiters" (node.WaitersKey); otherwise it serves several keys (a
+-- semaphore's slots, node.Key.Queue), a waiter takes one key at a time,
+-- and hand_on, release.lua and transfer.lua treat it as such. Tickets
+-- are agreed by the waiter across nodes (the largest one a majority gave
+-- it, see acquire.lua), so the nodes order the waiters registered on
+-- them the same way.
 -- Every queue command goes through pcall in the scripts: an ACL user
 -- without TIME or the hash commands still locks and waits, in no order.
 if redis.replicate_commands then

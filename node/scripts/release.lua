@@ -2,14 +2,15 @@
 -- handing it to the head of its queue. (queue.lua is spliced in at
 -- --[[libraries]], see node.LuaScripts.)
 -- KEYS[1]  the lock key
--- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
+-- KEYS[2]  its waiters (node.Key.Waiters, see queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  "1" for an Unlock: hand on and announce (see hand_on in
---          queue.lua); "0" for a rollback: delete quietly; "2" for the
---          rollback of a key whose queue serves other keys too (a
---          semaphore's slot, node.Key.Queue): hand on where anyone is
---          queued, else delete quietly (a waiter there would otherwise
---          wait for a key that is free, and that no release announces)
+--          queue.lua); "0" for a rollback: delete quietly, except for a
+--          key whose queue serves other keys too (KEYS[2] is not
+--          KEYS[1] .. ":waiters": a semaphore's slot, node.Key.Queue),
+--          which is handed on where anyone is queued (announced on the
+--          head's channel only): a waiter there would otherwise wait for
+--          a key that is free, and that no release announces
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- The announcement: "" on the key's release channel, KEYS[1] ..
 -- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
@@ -26,10 +27,10 @@ end
 -- The common cases, before the libraries are defined (each definition
 -- costs the script a closure per call): a rollback frees the key
 -- quietly, and an Unlock with no one queued frees it and announces it
--- to all, as hand_on would (a mode "2" rollback with no one queued: as a
--- rollback). redis.pcall: a user that may not run EXISTS takes hand_on's
--- path.
-if ARGV[2] == "0" then
+-- to all, as hand_on would (a rollback of a key of a shared queue with
+-- no one queued: as a rollback). redis.pcall: a user that may not run
+-- EXISTS takes hand_on's path.
+if ARGV[2] == "0" and KEYS[2] == KEYS[1] .. ":waiters" then
   redis.call("DEL", KEYS[1])
   return 1
 end

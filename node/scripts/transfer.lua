@@ -3,15 +3,15 @@
 -- (queue.lua is spliced in at
 -- --[[libraries]], see node.LuaScripts.)
 -- KEYS[1]  the lock key
--- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
+-- KEYS[2]  its waiters (node.Key.Waiters, see queue.lua)
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the successor's token
 -- ARGV[3]  the TTL in milliseconds
 -- ARGV[4]  the client tag of both (node.Key.Owner)
--- ARGV[5]  "1" when the key's queue serves other keys too (a semaphore's
---          slot, node.Key.Queue): transfer even when a waiter of another
---          client is queued (the client bounds such chains, and its
---          release then hands the key to the head); "0" otherwise
+-- A key whose queue serves other keys too (KEYS[2] is not KEYS[1] ..
+-- ":waiters": a semaphore's slot, node.Key.Queue) is transferred even
+-- when a waiter of another client is queued: the client bounds such
+-- chains, and its release then hands the key to the head.
 -- Returns  1 the key holds the successor's token for ARGV[3] ms (it held the
 --          holder's token, or nothing, or the successor's already: the same
 --          command run twice); 0 the key holds another token (nothing
@@ -31,7 +31,7 @@ end
 -- libraries are defined. HLEN, not EXISTS: a user that may not run the
 -- hash commands cannot read the queue, and takes the path below, which
 -- releases.
-if ARGV[5] == "1" then
+if KEYS[2] ~= KEYS[1] .. ":waiters" then
   redis.pcall("HDEL", KEYS[2], ARGV[4])
   if redis.pcall("HLEN", KEYS[2]) == 1 then
     redis.call("DEL", KEYS[2]) -- only the ticket counter is left
