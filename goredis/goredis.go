@@ -212,8 +212,11 @@ func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, 
 	if holderTTL {
 		owner = k.Owner
 	}
-	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, k.Waiters()},
-		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
+	args := []any{k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket}
+	if holderTTL && k.Grant != "" {
+		args = append(args, k.Grant)
+	}
+	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, k.Waiters()}, args...)
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -235,7 +238,7 @@ func (n *redisNode) Release(ctx context.Context, k node.Key, announce bool) (nod
 	if announce {
 		flag = announceYes
 	}
-	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag)
+	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner)
 }
 
 // The values of release.lua's ARGV[2], boxed once.
@@ -266,9 +269,10 @@ func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Du
 }
 
 // Leave runs leave.lua: k.Owner out of the key's queue, and a key
-// reserved for it on to the next head (see node.Handoffer).
+// reserved or granted to it (k.Grant) on to the next head (see
+// node.Handoffer).
 func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
-	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, k.Waiters()}, k.Owner)
+	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, k.Waiters()}, k.Owner, k.Grant)
 	return err
 }
 

@@ -92,6 +92,14 @@ type Key struct {
 	// reserves its key for the head that has no key reserved yet. Set it
 	// with InQueue.
 	Queue string
+	// Grant ("": none) is what a waiting Acquire asks a release that
+	// hands the key on to Owner to set the key to, for the Acquire's
+	// TTL, instead of reserving it: the waiter then holds the key on
+	// that node with Grant as its token, told by an announcement on
+	// ReservedKey(Name, Owner) whose message is Grant. Only a key's own
+	// queue (Queue "") grants; a Leave with Grant hands on a key granted
+	// to it. Make it with GrantValue.
+	Grant string
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal
@@ -224,6 +232,11 @@ type Node interface {
 // be woken; without it they poll.
 func ReleaseChannel(key string) string { return key + ":released" }
 
+// GrantValue returns the Key.Grant of a waiter of client owner: "~" +
+// owner + ":" + id, id unique to the waiting call (a token), so that no
+// attempt's token and no other waiter's grant equals it.
+func GrantValue(owner, id string) string { return "~" + owner + ":" + id }
+
 // ReservedKey is key + ":" + owner: not a key any node holds, but the
 // name whose ReleaseChannel announces that key was reserved for the
 // waiter owner (see ReleaseChannel).
@@ -313,7 +326,13 @@ const WaiterLease = 2 * time.Second
 // sets the key to a reservation for the head (no token: no one holds the
 // lock) for what is left of its lease and announces it on the head's own
 // channel, ReleaseChannel(ReservedKey(key, head));
-// only the head's waiting attempt takes a key reserved for it. A plain
+// only the head's waiting attempt takes a key reserved for it. A head
+// whose waiting Acquire asked for a grant (Key.Grant, own queues only)
+// is given the key instead: Release with announce sets the key to the
+// grant for that Acquire's TTL, drops the head from the queue and
+// announces the grant (the message is Key.Grant) on the same channel;
+// the head's next waiting Acquire takes a key that holds its grant as
+// one reserved for it. A plain
 // Acquire (no holderTTL) ignores the queue: it takes a free key, never a
 // reserved one. A node that cannot keep the queue (an ACL user without
 // TIME or the hash commands) still acquires, in no order; its transfers
@@ -342,8 +361,8 @@ type Handoffer interface {
 	// have the same Name, Owner and Queue.
 	Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error)
 	// Leave takes k.Owner out of k.Name's queue, and passes a
-	// reservation for it on to the next head: a waiter that gives up
-	// leaves nothing behind.
+	// reservation for it, or a key that holds k.Grant, on to the next
+	// head: a waiter that gives up leaves nothing behind.
 	Leave(ctx context.Context, k Key) error
 }
 

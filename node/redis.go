@@ -128,9 +128,10 @@ type Redis struct {
 	pool    *redis.Pool
 	closed  atomic.Bool
 
-	noSetGet atomic.Bool             // the node refused SET NX GET: acquire by script
-	lastMS   atomic.Pointer[boxedMS] // see ms
-	readHot  atomic.Pointer[readHot] // see acquireAlone
+	noSetGet  atomic.Bool              // the node refused SET NX GET: acquire by script
+	lastMS    atomic.Pointer[boxedMS]  // see ms
+	lastOwner atomic.Pointer[boxedStr] // see owner
+	readHot   atomic.Pointer[readHot]  // see acquireAlone
 
 	// Connections whose dial finished after the call that started it
 	// had given up, for the pool's next dial (see dial).
@@ -299,8 +300,11 @@ func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration, wai
 		owner = k.Owner
 	}
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA",
-		[]any{acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
+	args := []any{acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket}
+	if wait && k.Grant != "" {
+		args = append(args, k.Grant)
+	}
+	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -332,6 +336,24 @@ func (r *Redis) ms(d time.Duration) any {
 	return b.boxed
 }
 
+// owner returns a client tag boxed for redigo's argument list: a client
+// sends the same one on every call, so the last one is kept and handed
+// out again.
+func (r *Redis) owner(tag string) any {
+	if b := r.lastOwner.Load(); b != nil && b.s == tag {
+		return b.boxed
+	}
+	b := &boxedStr{s: tag, boxed: tag}
+	r.lastOwner.Store(b)
+	return b.boxed
+}
+
+// boxedStr is a string and the same string boxed.
+type boxedStr struct {
+	s     string
+	boxed any
+}
+
 // boxedMS is a number of milliseconds and the same number boxed.
 type boxedMS struct {
 	ms    int64
@@ -351,7 +373,7 @@ func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, erro
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag})
+	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner)})
 	if err != nil {
 		return Result{}, err
 	}
@@ -395,7 +417,7 @@ func (r *Redis) Transfer(ctx context.Context, from, to Key, ttl time.Duration) (
 
 // Leave removes k.Owner from the key's waiters (see Handoffer).
 func (r *Redis) Leave(ctx context.Context, k Key) error {
-	_, err := r.evalKeys(ctx, "leave", leaveScript, 2, k.Name, k.Waiters(), k.Owner)
+	_, err := r.evalKeys(ctx, "leave", leaveScript, 2, k.Name, k.Waiters(), k.Owner, k.Grant)
 	return err
 }
 

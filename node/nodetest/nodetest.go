@@ -120,6 +120,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
 	t.Run("SharedQueue", func(t *testing.T) { testSharedQueue(t, f) })
+	t.Run("Grant", func(t *testing.T) { testGrant(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
@@ -993,6 +994,94 @@ func testQueue(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
 	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "a release with no one queued deletes the key")
+}
+
+// testGrant checks direct grants (node.Key.Grant): a release hands the
+// key to the head that asked for one by setting the key to its grant,
+// for the TTL it asked, and announces the grant on the head's channel;
+// the head's next waiting attempt takes a key that holds its grant; a
+// Leave hands on a key granted to the leaver, not one granted to another
+// waiter of its client; nothing is left.
+func testGrant(t *testing.T, f Factory) {
+	e := start(t, f)
+	h, ok := e.n.(node.Handoffer)
+	if !ok {
+		t.Skip("the node is not a node.Handoffer")
+	}
+	name := "lk:grant"
+	wk := node.WaitersKey(name)
+	holder := node.Key{Name: name, Token: "tok-a", Owner: "a"}
+	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key")
+	gb := node.GrantValue("b", "g1")
+	b := node.Key{Name: name, Token: "tok-b1", Owner: "b", Grant: gb}
+	tb := e.resultOf(e.n.Acquire(e.ctx, b, 30*time.Second, true))(node.Taken, "b waits, asking for a grant").Ticket
+	c := node.Key{Name: name, Token: "tok-c1", Owner: "c", Grant: node.GrantValue("c", "g2")}
+	tc := e.resultOf(e.n.Acquire(e.ctx, c, 30*time.Second, true))(node.Taken, "c waits behind b").Ticket
+
+	toB := e.subscribe(t, node.ReservedKey(name, "b"))
+	all := e.subscribe(t, name)
+	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
+	assert.Equal(t, gb, e.get(name), "the key holds b's grant")
+	assert.InDelta(t, 30*time.Second, e.pttl(name), float64(5*time.Second), "for the TTL b asked for")
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "b"), "b has left the queue")
+	msg := receive(t, toB, 5*time.Second)
+	require.NotNil(t, msg)
+	assert.Equal(t, gb, string(msg[2].([]byte)), "the grant is announced to b, by its value")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "and to no one else")
+
+	// The grant is b's lock: it extends and releases it by the grant, and
+	// its release hands the key on to c.
+	gk := node.Key{Name: name, Token: gb, Owner: "b"}
+	e.resultOf(e.n.Extend(e.ctx, gk, time.Minute))(node.Done, "b extends by its grant")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-d", Owner: "d"}, time.Minute, false))(node.Taken, "a plain acquire does not take a granted key")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-c2", Owner: "c", Ticket: tc, Grant: c.Grant}, 30*time.Second, true))(node.Taken, "c still waits")
+	e.resultOf(e.n.Release(e.ctx, gk, true))(node.Done, "b releases by its grant")
+	assert.Equal(t, c.Grant, e.get(name), "granted to c")
+
+	// c's next waiting attempt, which its grant's announcement did not
+	// stop, takes the key with its own token.
+	ck := node.Key{Name: name, Token: "tok-c3", Owner: "c", Ticket: tc, Grant: c.Grant}
+	e.resultOf(e.n.Acquire(e.ctx, ck, time.Minute, true))(node.Done, "c's attempt takes its granted key")
+	assert.Equal(t, "tok-c3", e.get(name))
+
+	// b waits again with a new grant; c's rollback-free release grants it.
+	// b's Leave with another waiting call's grant leaves it alone; with
+	// its own, the key goes on to the next head, or is freed.
+	b2 := node.Key{Name: name, Token: "tok-b2", Owner: "b", Ticket: tb, Grant: node.GrantValue("b", "g3")}
+	e.resultOf(e.n.Acquire(e.ctx, b2, time.Minute, true))(node.Taken, "b waits again")
+	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
+	assert.Equal(t, b2.Grant, e.get(name), "granted to b's new call")
+	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "b", Grant: gb}))
+	assert.Equal(t, b2.Grant, e.get(name), "a Leave with another grant does not free it")
+	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "b", Grant: b2.Grant}))
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "the leaver's grant is freed: no one else waits")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
+
+	// A release hands the key on to a head of another client than the
+	// releaser's: its own client's place (here x's, ahead of c) is for
+	// its next holder to take in its turn, or a stale one.
+	x := node.Key{Name: name, Token: "tok-x1", Owner: "x"}
+	e.resultOf(e.n.Acquire(e.ctx, x, time.Minute, false))(node.Done, "x takes the key")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-x2", Owner: "x", Grant: node.GrantValue("x", "g5")}, time.Minute, true))(node.Taken, "x queues too")
+	c3 := node.Key{Name: name, Token: "tok-c4", Owner: "c", Grant: node.GrantValue("c", "g6")}
+	e.resultOf(e.n.Acquire(e.ctx, c3, time.Minute, true))(node.Taken, "c queues behind x")
+	e.resultOf(e.n.Release(e.ctx, x, true))(node.Done, "x releases")
+	assert.Equal(t, c3.Grant, e.get(name), "granted to c, not to x's own place")
+	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "x"}))
+	e.resultOf(e.n.Release(e.ctx, node.Key{Name: name, Token: c3.Grant, Owner: "c"}, true))(node.Done, "c releases by its grant")
+	assert.Equal(t, int64(0), e.do("EXISTS", name, wk), "nothing is left")
+
+	// A semaphore's slots (a shared queue) reserve, never grant.
+	line := "lk:grant:line"
+	s1 := node.Key{Name: "lk:grant:s1", Token: "tok-s", Owner: "a"}.InQueue(line)
+	e.resultOf(e.n.Acquire(e.ctx, s1, time.Minute, false))(node.Done, "a takes the slot")
+	sb := node.Key{Name: s1.Name, Token: "tok-sb", Owner: "b", Grant: node.GrantValue("b", "g4")}.InQueue(line)
+	e.resultOf(e.n.Acquire(e.ctx, sb, time.Minute, true))(node.Taken, "b waits in the line")
+	e.resultOf(e.n.Release(e.ctx, s1, true))(node.Done, "a releases the slot")
+	assert.Equal(t, "~b", e.get(s1.Name), "reserved, not granted")
+	e.resultOf(e.n.Acquire(e.ctx, sb, time.Minute, true))(node.Done, "b takes it")
+	e.resultOf(e.n.Release(e.ctx, sb, true))(node.Done, "b releases")
+	assert.Equal(t, int64(0), e.do("EXISTS", s1.Name, line), "nothing is left")
 }
 
 // testSharedQueue checks one queue under two keys (node.Key.Queue, a

@@ -9,6 +9,9 @@
 --          does not queue: then only SET NX PX and the holder's PTTL
 -- ARGV[4]  the waiter lease in milliseconds
 -- ARGV[5]  the caller's ticket (node.Key.Ticket); 0 when it has none yet
+-- ARGV[6]  the grant the caller asks for (node.Key.Grant): the value a
+--          release that hands the key on to it sets, for ARGV[2] ms;
+--          "" (or absent) for a reservation instead (see hand_on)
 -- Returns  "OK" (status) when the key was set, or already held the caller's
 --          token (then its TTL is set to ARGV[2], as the SET would have);
 --          otherwise {wait, ticket}: wait is the holder's PTTL in
@@ -22,8 +25,10 @@
 -- "taken" would leave the key behind, since a client does not roll back a
 -- node that answered so.
 -- A caller with a tag is queued (its lease renewed) unless it takes the key.
--- It takes the key when the key is reserved for it (see hand_on), or free
--- and the caller heads the queue. Its ticket: see queue_join.
+-- It takes the key when the key is reserved for it (see hand_on) or holds
+-- the grant it asked for (its earlier attempt's registration was granted
+-- before this attempt came), or is free and the caller heads the queue.
+-- Its ticket: see queue_join.
 local key, wk, token, ttl, tag = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local v = redis.call("GET", key)
 if tag == "" then
@@ -36,7 +41,8 @@ if tag == "" then
   redis.call("SET", key, token, "PX", ttl)
   return {ok = "OK"}
 end
-if v == token or v == "~" .. tag then
+local grant = ARGV[6] or ""
+if v == token or v == "~" .. tag or (v == grant and grant ~= "") then
   -- Already the caller's (the same command run twice), or reserved for
   -- it (its turn, see hand_on): take it and leave the queue, as below,
   -- before the libraries are defined (queue_drop inline; redis.pcall: a
@@ -62,7 +68,7 @@ end
 --[[libraries]]
 local ok, head, mine, lease = pcall(function()
   local now = now_ms()
-  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now)
+  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now, ttl, grant)
   local h, hl = queue_head(wk, now, nil)
   if not h then
     -- Every waiter, the caller too, has a key of the queue reserved (a

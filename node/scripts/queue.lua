@@ -4,8 +4,9 @@
 -- KEYS[2] of those scripts (node.Key.Waiters) is a hash: per waiting
 -- client tag (node.Key.Owner), "<ticket>:<lease end>", the lease end in
 -- the node's milliseconds (TIME), followed by ":<end>" while a key is
--- reserved for that waiter until end (hand_on); field "#" holds the last
--- ticket given out. The head of the queue is the live waiter with the
+-- reserved for that waiter until end (hand_on), or by ":<ttl>:<grant>"
+-- for a waiter that asked to be granted the key directly (acquire.lua's
+-- ARGV[6], node.Key.Grant); field "#" holds the last ticket given out. The head of the queue is the live waiter with the
 -- lowest ticket, the lower tag breaking ties, among those no key is
 -- reserved for. A queue is a lock's own when KEYS[2] is KEYS[1] ..
 -- ":waiters" (node.WaitersKey); otherwise it serves several keys (a
@@ -33,31 +34,36 @@ local function queue_drop(wk, tag)
   end
 end
 
--- queue_entry parses an entry: ticket, lease end and the end of the
--- reservation for it (0: none); nil for a malformed one.
+-- queue_entry parses an entry: ticket, lease end, the end of the
+-- reservation for it (0: none), and the TTL and value of a direct grant
+-- (nil: none); nil for a malformed one.
 local function queue_entry(e)
-  local tk, lease, rs = string.match(e or "", "^(%d+):(%d+):?(%d*)$")
-  return tonumber(tk), tonumber(lease), tonumber(rs) or 0
+  local tk, lease, rs, gttl, g = string.match(e or "", "^(%d+):(%d+):?(%d*):?(%d*):?(.*)$")
+  if g == "" then
+    g = nil
+  end
+  return tonumber(tk), tonumber(lease), tonumber(rs) or 0, tonumber(gttl), g
 end
 
 -- queue_head drops lapsed entries and returns the head among the waiters
--- other than skip that no key is reserved for: its tag, lease end and
--- ticket (nil when there is none).
+-- other than skip that no key is reserved for: its tag, lease end,
+-- ticket, and the TTL and value of the grant it asked for (nil: none;
+-- nil when there is no head).
 local function queue_head(wk, now, skip)
   local all = redis.call("HGETALL", wk)
-  local head, ht, hl
+  local head, ht, hl, hgt, hg
   for i = 1, #all, 2 do
     local tag = all[i]
     if tag ~= "#" then
-      local tk, lease, rs = queue_entry(all[i + 1])
+      local tk, lease, rs, gttl, g = queue_entry(all[i + 1])
       if not tk or lease <= now then
         queue_drop(wk, tag)
       elseif tag ~= skip and rs <= now and (not head or tk < ht or (tk == ht and tag < head)) then
-        head, ht, hl = tag, tk, lease
+        head, ht, hl, hgt, hg = tag, tk, lease, gttl, g
       end
     end
   end
-  return head, hl, ht
+  return head, hl, ht, hgt, hg
 end
 
 -- queue_join queues tag, or renews its place, for lease milliseconds from
@@ -65,8 +71,10 @@ end
 -- largest any node gave it), else the one it has here, else the next one.
 -- The counter is raised to the ticket, so that a waiter that queues after
 -- this one is queued on a majority gets a larger one from any majority.
--- A reservation for it that has not ended is kept.
-local function queue_join(wk, tag, ticket, lease, now)
+-- A reservation for it that has not ended is kept; grant (nil or "":
+-- none) is the value the waiter asks a release to set the key to for
+-- gttl milliseconds when it hands the key on to it (see hand_on).
+local function queue_join(wk, tag, ticket, lease, now, gttl, grant)
   local mine = tonumber(ticket)
   local tk, le, rs = queue_entry(redis.call("HGET", wk, tag))
   if not tk or le <= now then
@@ -85,6 +93,8 @@ local function queue_join(wk, tag, ticket, lease, now)
   local e = mine .. ":" .. (now + lease)
   if rs > now then
     e = e .. ":" .. rs
+  elseif grant and grant ~= "" then
+    e = e .. "::" .. gttl .. ":" .. grant
   end
   redis.call("HSET", wk, tag, e)
   redis.call("PEXPIRE", wk, lease)
@@ -102,24 +112,38 @@ end
 -- announces it to all on the release channel. A head that is a reader (its tag starts with "r", see
 -- shared.lua) needs no reservation: the key is deleted and announced to
 -- all, and the readers queued before the first writer go in together.
+-- A head of a lock's own queue that asked for a grant (queue_join) is
+-- given the key instead: its value becomes the grant, for the grant's
+-- TTL, the head leaves the queue, and the grant is announced on the
+-- head's channel with the grant as the message: the waiter holds the
+-- key here without another command (node.Key.Grant).
 local function hand_on(key, wk, skip, quiet)
-  local ok, head, left = pcall(function()
+  local ok, head, left, grant = pcall(function()
     if redis.call("EXISTS", wk) == 0 then
       return nil
     end
     local now = now_ms()
-    local h, lease, tk = queue_head(wk, now, skip)
-    if h and string.sub(h, 1, 1) ~= "r" and wk ~= key .. ":waiters" then
+    local h, lease, tk, gttl, g = queue_head(wk, now, skip)
+    if not h or string.sub(h, 1, 1) == "r" then
+      return h
+    end
+    if wk ~= key .. ":waiters" then
       -- A queue that serves other keys too (a lock's own queue is
       -- node.WaitersKey(key); a semaphore's line is named otherwise):
       -- the next release of one of them goes to the next head.
       redis.call("HSET", wk, h, tk .. ":" .. lease .. ":" .. lease)
+    elseif g and gttl then
+      queue_drop(wk, h)
+      return h, gttl, g
     end
-    if h then
-      return h, lease - now
-    end
+    return h, lease - now
   end)
   if ok and head and string.sub(head, 1, 1) ~= "r" then
+    if grant then
+      redis.call("SET", key, grant, "PX", left)
+      redis.pcall("PUBLISH", key .. ":" .. head .. ":released", grant)
+      return
+    end
     redis.call("SET", key, "~" .. head, "PX", left)
     redis.pcall("PUBLISH", key .. ":" .. head .. ":released", head)
   else

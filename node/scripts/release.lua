@@ -11,6 +11,11 @@
 --          which is handed on where anyone is queued (announced on the
 --          head's channel only): a waiter there would otherwise wait for
 --          a key that is free, and that no release announces
+-- ARGV[3]  the caller's client tag (node.Key.Owner; "" or absent: none):
+--          a lock's own queue hands the key on to the head other than
+--          that client, whose next holder takes it from it in its turn
+--          (node.Handoffer.Transfer), and whose place there may be a
+--          stale registration that no waiting call would claim
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- The announcement: "" on the key's release channel, KEYS[1] ..
 -- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
@@ -42,5 +47,9 @@ if redis.pcall("EXISTS", KEYS[2]) == 0 then
   return 1
 end
 --[[libraries]]
-hand_on(KEYS[1], KEYS[2], nil, ARGV[2] ~= "1")
+local skip = nil
+if KEYS[2] == KEYS[1] .. ":waiters" and ARGV[3] and ARGV[3] ~= "" then
+  skip = ARGV[3]
+end
+hand_on(KEYS[1], KEYS[2], skip, ARGV[2] ~= "1")
 return 1
