@@ -82,7 +82,7 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				ttl = infos[i].TTL.Round(time.Millisecond).String()
 			}
 			state, tok := "held", shortToken(infos[i].Token)
-			if w, ok := strings.CutPrefix(infos[i].Token, "~"); ok {
+			if w, ok := reservation(infos[i].Token); ok {
 				// An Unlock handed the key to the head of the queue.
 				state, tok = "reserved", "for waiter "+w
 			} else if infos[i].Token == node.SharedValue {
@@ -98,7 +98,7 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if n < need {
 			continue
 		}
-		if w, ok := strings.CutPrefix(tok, "~"); ok {
+		if w, ok := reservation(tok); ok {
 			fmt.Fprintf(stdout, "%q is being handed to waiter %s (reserved on %d of %d nodes)\n", key, w, n, len(eps))
 		} else if tok == node.SharedValue {
 			fmt.Fprintf(stdout, "%q is held shared by readers on a majority (%d of %d nodes)\n", key, n, len(eps))
@@ -170,7 +170,7 @@ func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits
 		for t, n := range tokens {
 			if n >= need {
 				state, tok, nodes = "held", shortToken(t), n
-				if w, ok := strings.CutPrefix(t, "~"); ok {
+				if w, ok := reservation(t); ok {
 					state, tok = "reserved", "for waiter "+w
 				}
 			}
@@ -221,8 +221,17 @@ func nodeCell(info node.Info, err error) string {
 		return "error (" + node.KindOf(err) + ")"
 	case info.Token == "":
 		return "free"
-	case strings.HasPrefix(info.Token, "~"):
+	}
+	if _, ok := reservation(info.Token); ok {
 		return "reserved"
 	}
 	return shortToken(info.Token)
+}
+
+// reservation returns the waiter a key's value reserves the key for
+// ("~" + its tag); a grant (node.GrantValue: "~" + tag + ":" + id) is a
+// lock held, not a reservation.
+func reservation(value string) (waiter string, ok bool) {
+	w, ok := strings.CutPrefix(value, "~")
+	return w, ok && !strings.Contains(w, ":")
 }
