@@ -78,7 +78,15 @@ func leftovers(ctx context.Context, c *cluster.Cluster, pattern string) string {
 	var b strings.Builder
 	for i, ks := range keys {
 		if len(ks) > 0 {
-			fmt.Fprintf(&b, "node %d: %v; ", i, ks)
+			fmt.Fprintf(&b, "node %d:", i)
+			for _, k := range ks {
+				// The value tells whose key it is (a token, a
+				// reservation "~tag", a grant "~tag:id").
+				v, _ := c.Direct(i).Command(ctx, "GET", k)
+				ttl, _ := c.Direct(i).Command(ctx, "PTTL", k)
+				fmt.Fprintf(&b, " %s=%q (PTTL %v ms)", k, v, ttl)
+			}
+			b.WriteString("; ")
 		}
 	}
 	return b.String()
