@@ -343,6 +343,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		perm   []int8 // per node, as refusals: what its last reply said
 		waits  int    // waits for a local holder's handoff, for their delays
 		ticket int64  // this call's place in the nodes' queue for key; 0 before it has one
+		grant  string // the node.Key.Grant this call asks for once it queues (see granted)
+		lost   bool   // a waiting attempt left a node's reply unknown: no grant is counted
 	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
@@ -359,7 +361,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// node that set the key dropped the registration itself.
 			// (attempt counts those made: none when a local holder
 			// handed the key over before this call tried the nodes.)
-			c.leaveWaiters(key, "", cfg.shared, l)
+			c.leaveWaiters(key, "", grant, cfg.shared, l)
 		}
 		if attempt > 1 && queued {
 			c.waited(key)
@@ -400,13 +402,14 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// Subscribed before the first attempt, which queues; only
 			// when this call tries the nodes (not while a lock of this
 			// client will hand the key over).
-			if w = c.watch(key, true); w != nil {
+			grant = c.grantFor(cfg)
+			if w = c.watch(key, true, grant); w != nil {
 				d, _ := cfg.retry.Backoff(1)
 				_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt
 			}
 		}
 		w.forget()
-		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket)
+		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant)
 		switch {
 		case err != nil:
 			return nil, attempt, err
@@ -414,6 +417,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return l, attempt, nil
 		}
 		qe.Attempts = attempt
+		lost = lost || qe.lost
 		sent := ticket
 		ticket = max(ticket, qe.ticket)
 		perm = mergeRefusals(perm, qe.perm)
@@ -434,7 +438,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				o = c.offer(key, cfg)
 			}
 			if w == nil {
-				if w = c.watch(key, !cfg.shared); w != nil {
+				if queued {
+					grant = c.grantFor(cfg)
+				}
+				if w = c.watch(key, !cfg.shared, grant); w != nil {
 					err = w.ready(ctx, c, d)
 					if err == nil {
 						continue
@@ -466,6 +473,11 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			if g, err = c.sleep(ctx, d, w, o, c.spread()); g != nil {
 				return g, attempt, nil
 			}
+			if err == nil && !lost && !qe.took && w.grantedBy(c.quorum) {
+				if g = c.granted(key, cfg, grant, ticket, qe.started); g != nil {
+					return g, attempt, nil
+				}
+			}
 		}
 		if err != nil {
 			if err == ErrClosed {
@@ -475,6 +487,44 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return nil, attempt, qe
 		}
 	}
+}
+
+// grantFor returns a fresh node.Key.Grant for a Lock call that waits with
+// cfg, or "" where the nodes would not grant it: fenced locks (their fence
+// needs a round of its own), semaphores and readers, and nodes that are
+// not all Handoffers.
+func (c *Client) grantFor(cfg *config) string {
+	if !c.handoff || cfg.fenced || cfg.shared || cfg.queue != "" {
+		return ""
+	}
+	return node.GrantValue(c.tag, newToken())
+}
+
+// granted returns the lock that a majority of nodes granted this call
+// (node.Key.Grant, announced by name) since its last waiting attempt,
+// which began at from, or nil when no validity would be left. The
+// attempt's replies are all in and none set the key; each grant came
+// after that node had answered (a grant set before would have been
+// taken by the attempt, which would have said so), so no command of this
+// call is left to change it, and the key lives there at least the TTL
+// from from, which is where the validity counts from: up to a poll's
+// interval (queuePoll) less than an acquire's.
+func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
+	if clock.Validity(cfg.ttl, c.clk.Since(from), cfg.driftFactor) <= 0 {
+		return nil
+	}
+	k := node.NewKey(key, grant)
+	k.Owner, k.Ticket, k.Grant = c.tag, ticket, grant
+	l := newLock(c, k, cfg)
+	// The chain as if the grant were the lock's acquire, answered by
+	// every node: its release goes to all of them, a grant may come late.
+	l.ch.tail = make([]step, len(c.nodes))
+	for i := range l.ch.tail {
+		l.ch.tail[i] = step{res: node.Result{Status: node.Done}, sent: true, reached: true, done: true}
+	}
+	l.ch.expires = c.clk.Now().Add(cfg.ttl + 2*l.ch.maxTimeout)
+	l.grant(from, 0)
+	return l
 }
 
 // queuePoll is how long a waiter queued on the nodes, and woken by name
@@ -507,6 +557,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 		lateC   <-chan time.Time
 		wake    = w.wake()
 		reserve = w.reservations()
+		grants  = w.grantsC()
 	)
 	defer func() {
 		if late != nil {
@@ -514,17 +565,17 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 		}
 	}()
 	for {
+		announced := false
 		select {
 		case <-t.C():
 			return given(gift), nil
 		case <-reserve:
-			if heard++; heard < c.quorum && grace > 0 {
-				if late == nil {
-					late = c.clk.NewTimer(grace)
-					lateC = late.C()
-				}
-				continue
-			}
+			announced = true
+		case <-grants:
+			// As a reservation; once a majority granted, the call may
+			// hold the lock without another attempt (Client.granted).
+			w.nGranted++
+			announced = true
 		case <-lateC:
 			lateC = nil
 		case <-wake:
@@ -534,6 +585,21 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 			return nil, ctx.Err()
 		case <-c.done:
 			return nil, ErrClosed
+		}
+		if announced {
+			g := grace
+			if g == 0 && w.nGranted > 0 {
+				// A grant is worth waiting for: the others of a
+				// majority come within a release's round.
+				g = c.cfg.timeout()
+			}
+			if heard++; heard < c.quorum && g > 0 {
+				if late == nil {
+					late = c.clk.NewTimer(g)
+					lateC = late.C()
+				}
+				continue
+			}
 		}
 		// A release was heard. While a handoff to this call is under
 		// way, it is the nodes handing the key to another client's
@@ -649,11 +715,11 @@ func noFencer(nodes []node.Node) error {
 // count, check validity, roll back on failure. wait asks the nodes that
 // refuse for the holder's TTL. It returns a Lock, or a *QuorumError, or
 // ErrClosed.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64) (*Lock, *QuorumError, error) {
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant string) (*Lock, *QuorumError, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	l, qe := c.try(ctx, key, cfg, wait, ticket)
+	l, qe := c.try(ctx, key, cfg, wait, ticket, grant)
 	c.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
 	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
@@ -663,7 +729,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64) (*Lock, *QuorumError) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant string) (*Lock, *QuorumError) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
@@ -676,7 +742,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		k = node.NewSharedKey(key, k.Token)
 		k.Owner = c.rtag
 	}
-	k.Ticket = ticket
+	k.Ticket, k.Grant = ticket, grant
 	if cfg.queue != "" {
 		k = k.InQueue(cfg.queue)
 	}
@@ -725,6 +791,11 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	}
 	if wait {
 		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
+		qe.started = r.Started()
+		for _, rep := range r.Replies {
+			qe.took = qe.took || rep.Err == nil && rep.Result.Status == node.Done
+			qe.lost = qe.lost || rep.Err != nil || rep.Result.Status == node.Unknown
+		}
 	}
 	return nil, qe
 }

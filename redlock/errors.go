@@ -115,10 +115,13 @@ type QuorumError struct {
 	ctxErr   error         // ctx.Err() of a caller's context that ended, else nil
 	cause    error         // context.Cause of it, when that differs from ctxErr
 	nodes    *multierror.Error
-	perm     []int8 // acquire: per node, a refusal no retry changes (see refusals)
-	ticket   int64  // acquire: the largest ticket a node queued the caller with (see node.Handoffer)
-	queued   bool   // acquire: a majority queued the caller
-	split    bool   // acquire: nodes queued the caller with different tickets
+	perm     []int8    // acquire: per node, a refusal no retry changes (see refusals)
+	ticket   int64     // acquire: the largest ticket a node queued the caller with (see node.Handoffer)
+	queued   bool      // acquire: a majority queued the caller
+	split    bool      // acquire: nodes queued the caller with different tickets
+	started  time.Time // acquire: when the attempt's round began
+	took     bool      // acquire: a node set the key (the attempt was rolled back)
+	lost     bool      // acquire: a node's reply is unknown (failed, or still out)
 }
 
 // notStarted is the error of an operation that sent nothing because ctx

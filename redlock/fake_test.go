@@ -28,8 +28,9 @@ type fakeNode struct {
 	// TTL asked for.
 	beforeExtend func(ttl time.Duration)
 	// announce, if set, is called (under mu) with the key of each
-	// announced delete.
-	announce func(key string)
+	// announced delete and the message ("": none; a reservation names
+	// the waiter, a grant is its value).
+	announce func(key, msg string)
 	// fences holds the fence counters (node.Fencer), seeded from the
 	// fake clock as acquire_fenced.lua seeds them from TIME; naive the
 	// per-key count of fenced grants, an INCR counter for comparison.
@@ -56,6 +57,7 @@ type watchingNode struct {
 type fakeWatch struct {
 	n        *watchingNode
 	key      string
+	owner    string
 	released chan<- struct{}
 }
 
@@ -76,10 +78,10 @@ func newWatching(f *fakeNode) *watchingNode {
 	return n
 }
 
-func (n *watchingNode) Watch(key, _ string, released chan<- struct{}) node.Watch {
+func (n *watchingNode) Watch(key, owner string, released chan<- struct{}) node.Watch {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
-	w := &fakeWatch{n: n, key: key, released: released}
+	w := &fakeWatch{n: n, key: key, owner: owner, released: released}
 	if n.watchers[key] == nil {
 		n.watchers[key] = map[*fakeWatch]struct{}{}
 	}
@@ -88,12 +90,16 @@ func (n *watchingNode) Watch(key, _ string, released chan<- struct{}) node.Watch
 	return w
 }
 
-// publish notifies key's watchers, as a release channel message would.
-func (n *watchingNode) publish(key string) {
+// publish notifies key's watchers, as a release channel message msg
+// would: those that watch for msg's owner, or for all, when msg names one.
+func (n *watchingNode) publish(key, msg string) {
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
 	n.pubs[key]++
 	for w := range n.watchers[key] {
+		if msg != "" && w.owner != "" && w.owner != msg {
+			continue
+		}
 		select {
 		case w.released <- struct{}{}:
 		default:
@@ -256,7 +262,7 @@ func (f *fakeNode) Release(ctx context.Context, k node.Key, announce bool) (node
 	}
 	delete(f.keys, key)
 	if announce && f.announce != nil {
-		f.announce(key)
+		f.announce(key, "")
 	}
 	return node.Result{Status: node.Done}, nil
 }
@@ -372,7 +378,7 @@ func (f *fakeNode) ReleaseShared(ctx context.Context, k node.Key, announce bool)
 		delete(f.keys, k.Name)
 		delete(f.readers, k.Name)
 		if announce && f.announce != nil {
-			f.announce(k.Name)
+			f.announce(k.Name, "")
 		}
 	}
 	if !mine {

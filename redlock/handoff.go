@@ -266,11 +266,14 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 // waited for, up to a node timeout, before deciding). A waiting acquire
 // still on its way may register again after a Leave; that registration
 // lapses with its lease.
-func (c *Client) leaveWaiters(key, queue string, shared bool, l *Lock) {
-	if !c.handoff {
+func (c *Client) leaveWaiters(key, queue, grant string, shared bool, l *Lock) {
+	if !c.handoff || l != nil && grant != "" && l.k.Token == grant {
+		// Granted: the granting nodes dropped the registration; the
+		// others may grant later, to l's token, which its Unlock
+		// releases, or let it lapse.
 		return
 	}
-	k := node.Key{Name: key, Owner: c.tag, Queue: queue}
+	k := node.Key{Name: key, Owner: c.tag, Queue: queue, Grant: grant}
 	if shared {
 		k.Owner = c.rtag
 	}

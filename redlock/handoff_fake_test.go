@@ -12,7 +12,8 @@ import (
 // on a server (node/scripts/queue.lua): a queue of waiting owners per
 // queue key (node.Key.Waiters) with tickets and leases (on the fake
 // clock), transfers within one owner, and reservations ("~" + owner) for
-// the head of the queue among those with no key reserved.
+// the head of the queue among those with no key reserved, or grants
+// (node.Key.Grant) to the head of a key's own queue that asked for one.
 type handoffNode struct {
 	*fakeNode
 	hmu     sync.Mutex                   // taken before fakeNode.mu
@@ -23,7 +24,9 @@ type handoffNode struct {
 type waiter struct {
 	ticket   int64
 	until    time.Time
-	reserved time.Time // a key of the queue is reserved for it until then
+	reserved time.Time     // a key of the queue is reserved for it until then
+	grant    string        // the grant its last waiting attempt asked for ("": none)
+	gttl     time.Duration // and for how long
 }
 
 func asHandoff(fs []*fakeNode) []node.Node {
@@ -63,13 +66,19 @@ func (n *handoffNode) head(key, skip string) (string, time.Time) {
 // queue q other than skip and announced to it, or deleted and, unless
 // quiet, announced to all. Under hmu and mu.
 func (n *handoffNode) handOn(key, q, skip string, quiet bool) {
-	channel := key
+	channel, msg := key, ""
 	if h, until := n.head(q, skip); h != "" {
-		n.keys[key] = entry{token: "~" + h, until: until}
 		w := n.waiters[q][h]
-		w.reserved = until
-		n.waiters[q][h] = w
-		channel = node.ReservedKey(key, h) // only h's client hears it
+		channel, msg = node.ReservedKey(key, h), h // only h's client hears it
+		if w.grant != "" && q == node.WaitersKey(key) {
+			n.keys[key] = entry{token: w.grant, until: n.clk.Now().Add(w.gttl)}
+			delete(n.waiters[q], h)
+			msg = w.grant
+		} else {
+			n.keys[key] = entry{token: "~" + h, until: until}
+			w.reserved = until
+			n.waiters[q][h] = w
+		}
 	} else {
 		delete(n.keys, key)
 		if quiet {
@@ -77,7 +86,7 @@ func (n *handoffNode) handOn(key, q, skip string, quiet bool) {
 		}
 	}
 	if n.announce != nil {
-		n.announce(channel)
+		n.announce(channel, msg)
 	}
 }
 
@@ -116,9 +125,13 @@ func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration
 	if n.waiters[q] == nil {
 		n.waiters[q] = map[string]waiter{}
 	}
-	n.waiters[q][k.Owner] = waiter{ticket: ticket, until: now.Add(node.WaiterLease), reserved: w.reserved}
+	nw := waiter{ticket: ticket, until: now.Add(node.WaiterLease), reserved: w.reserved}
+	if !now.Before(w.reserved) {
+		nw.grant, nw.gttl = k.Grant, ttl
+	}
+	n.waiters[q][k.Owner] = nw
 	h, until := n.head(q, "")
-	if (held && e.token == "~"+k.Owner) || (!held && h == k.Owner) {
+	if (held && (e.token == "~"+k.Owner || k.Grant != "" && e.token == k.Grant)) || (!held && h == k.Owner) {
 		n.keys[k.Name] = entry{token: k.Token, until: now.Add(ttl)}
 		delete(n.waiters[q], k.Owner)
 		return node.Result{Status: node.Done}, nil
@@ -147,7 +160,11 @@ func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (n
 	case e.token != k.Token:
 		return node.Result{Status: node.Taken}, nil
 	}
-	n.handOn(k.Name, k.Waiters(), "", !announce)
+	skip := "" // release.lua: a lock's own queue hands on to another client
+	if k.Queue == "" {
+		skip = k.Owner
+	}
+	n.handOn(k.Name, k.Waiters(), skip, !announce)
 	return node.Result{Status: node.Done}, nil
 }
 
@@ -187,7 +204,7 @@ func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.waiters[k.Waiters()], k.Owner)
-	if e, ok := n.get(k.Name); ok && e.token == "~"+k.Owner {
+	if e, ok := n.get(k.Name); ok && (e.token == "~"+k.Owner || k.Grant != "" && e.token == k.Grant) {
 		n.handOn(k.Name, k.Waiters(), k.Owner, false)
 	}
 	return nil

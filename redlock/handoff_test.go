@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -544,4 +545,122 @@ func TestNamedWakeWaitsForAMajority(t *testing.T) {
 	require.Eventually(t, func() bool { return attempts() >= before+3 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, before+3, attempts(), "one attempt, once a majority announced")
 	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// grantSetup is a holder and a waiter, two clients over three nodes that
+// keep queues and announce, with an hour's retry delay; the waiter waits
+// in Lock for "k", queued on every node. It returns the holder's lock and
+// the waiter's pending Lock.
+func grantSetup(t *testing.T, ctx context.Context) ([]*fakeNode, []node.Node, *clock.Fake, *redlock.Lock, <-chan lockResult) {
+	t.Helper()
+	fakes, _, nodes, clk := watchHandoffNodes()
+	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
+	holder := handoffClient(t, nodes, clk, hour)
+	waiter := handoffClient(t, nodes, clk, hour)
+	first, err := holder.TryLock(context.Background(), "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	ra := waitIn(t, ctx, waiter, clk, "k", 1)
+	require.Eventually(t, func() bool {
+		for _, nd := range nodes {
+			if nd.(watchHandoff).waiting("k") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the waiter is queued on every node")
+	return fakes, nodes, clk, first, ra
+}
+
+func acquires(fakes []*fakeNode) (n int) {
+	for _, f := range fakes {
+		n += f.count("acquire")
+	}
+	return n
+}
+
+// TestGrantHoldsWithoutAnotherAttempt: a release hands the key to the
+// queued waiter by setting its grant on every node (node.Key.Grant); the
+// waiter holds the lock once a majority announced it, without another
+// acquire, with the grant as its token and its validity counted from its
+// last attempt; its Unlock frees every node.
+func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
+	fakes, _, clk, first, ra := grantSetup(t, context.Background())
+	before := acquires(fakes)
+	queuedAt := clk.Now()
+	clk.Advance(100 * time.Millisecond) // the release comes a while after the waiter queued
+	require.NoError(t, first.Unlock(context.Background()))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	assert.Equal(t, before, acquires(fakes), "no acquire after the grants")
+	assert.True(t, strings.HasPrefix(r.l.Token(), "~"), "the grant is the token: %q", r.l.Token())
+	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2, "held by the grant on a majority")
+	// The validity counts from the last attempt, not from the grant: TTL
+	// minus drift (10s × 0.01 + 2 ms) from when the waiter queued.
+	assert.Equal(t, queuedAt.Add(10*time.Second-102*time.Millisecond), r.l.Until())
+	require.NoError(t, r.l.Unlock(context.Background()))
+	for i, f := range fakes {
+		assert.Equal(t, "", f.token("k"), "node %d freed", i)
+	}
+}
+
+// TestGrantAfterALostReplyTakesAnAttempt: a waiter whose waiting attempt
+// left a node's reply unknown does not count grants (a late command of
+// its own could still take a granted key, and its rollback free it): it
+// makes one more attempt, which takes the granted keys with its token.
+func TestGrantAfterALostReplyTakesAnAttempt(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
+	holder := handoffClient(t, nodes, clk, hour)
+	waiter := handoffClient(t, nodes, clk, hour)
+	ctx := context.Background()
+	first, err := holder.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	// The waiter's waiting attempts fail on node 2 (its first, plain
+	// attempt gets through).
+	fakes[2].setBefore(func(_ context.Context, op string) error {
+		if op == "acquire" && fakes[2].count("acquire") > 1 {
+			return errInjected
+		}
+		return nil
+	})
+	ra := waitIn(t, ctx, waiter, clk, "k", 1)
+	require.Eventually(t, func() bool {
+		return nodes[0].(watchHandoff).waiting("k") == 1 && nodes[1].(watchHandoff).waiting("k") == 1
+	}, 5*time.Second, time.Millisecond, "the waiter is queued on nodes 0 and 1")
+	before := acquires(fakes)
+	fakes[2].setBefore(nil)
+	require.NoError(t, first.Unlock(ctx))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	assert.Greater(t, acquires(fakes), before, "an attempt after the grants")
+	assert.False(t, strings.HasPrefix(r.l.Token(), "~"), "its own token: %q", r.l.Token())
+	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2)
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestGrantedWaiterThatGivesUpHandsItOn: a waiter whose Lock ends (its
+// context) after one node granted it the key leaves the queue everywhere
+// and hands that grant on: nothing of it is left.
+func TestGrantedWaiterThatGivesUpHandsItOn(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fakes, nodes, _, first, ra := grantSetup(t, ctx)
+	// Only node 0 gets the release: one grant, no majority.
+	_, err := nodes[0].Release(context.Background(), node.Key{Name: "k", Token: first.Token()}, true)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(fakes[0].token("k"), "~"), "node 0 granted the waiter the key")
+	cancel()
+	r := receiveLock(t, ra)
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.Eventually(t, func() bool {
+		for _, nd := range nodes {
+			if nd.(watchHandoff).waiting("k") != 0 {
+				return false
+			}
+		}
+		return fakes[0].token("k") == ""
+	}, 5*time.Second, time.Millisecond, "the waiter left every queue, and node 0's grant is gone")
+	require.NoError(t, first.Unlock(context.Background()))
 }

@@ -537,7 +537,7 @@ type place struct {
 // client in line (Handoffer.Leave).
 func (s *Semaphore) leave() {
 	for _, k := range s.slots {
-		s.c.leaveWaiters(k, s.queue, false, nil)
+		s.c.leaveWaiters(k, s.queue, "", false, nil)
 	}
 }
 
@@ -573,7 +573,7 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 		if p != nil {
 			p.tried, ticket = true, p.ticket
 		}
-		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket)
+		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "")
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr

@@ -140,21 +140,31 @@ type watches struct {
 	named    []node.Watch    // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
 	mine     []chan struct{} // a semaphore's: per slot, the named watches' of the slot send there (room for one per node)
 	reserved chan struct{}   // every named watch sends here: room for one reservation per node (see Client.sleep)
+	grants   []node.Watch    // a waiter that asks for a grant: per node, its channel's messages that are the grant
+	granted  chan struct{}   // every grant watch sends here: room for one grant per node
+	nGranted int             // grants heard since the last forget (see Client.sleep); owned by the waiter
 }
 
 // watch subscribes to key's releases on every node that offers it, and,
 // for a waiter that the nodes may reserve the key for (named: a writer,
 // queued under the client's tag), to the releases that name this client
-// (node.ReservedKey), which no other client hears. Nil when
-// notifications are off or no node offers them.
-func (c *Client) watch(key string, named bool) *watches {
+// (node.ReservedKey), which no other client hears; on that channel, a
+// waiter that asks for grant (node.Key.Grant; "": none) hears the grants
+// apart. Nil when notifications are off or no node offers them.
+func (c *Client) watch(key string, named bool, grant string) *watches {
 	w := c.watchKeys([]string{key}, false)
 	if w != nil && named {
 		mine := node.ReservedKey(key, c.tag)
 		w.reserved = make(chan struct{}, len(c.nodes))
+		if grant != "" {
+			w.granted = make(chan struct{}, len(c.nodes))
+		}
 		for _, n := range c.nodes {
 			if wn, ok := n.(node.Watcher); ok {
-				w.named = append(w.named, wn.Watch(mine, "", w.reserved))
+				w.named = append(w.named, wn.Watch(mine, c.tag, w.reserved))
+				if grant != "" {
+					w.grants = append(w.grants, wn.Watch(mine, grant, w.granted))
+				}
 			}
 		}
 	}
@@ -200,7 +210,7 @@ func (c *Client) watchKeys(keys []string, perKey bool) *watches {
 func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
-	for _, x := range slices.Concat(w.ws, w.named) {
+	for _, x := range slices.Concat(w.ws, w.named, w.grants) {
 		select {
 		case <-x.Ready():
 		case <-t.C():
@@ -244,6 +254,9 @@ func (w *watches) stop() {
 	for _, x := range w.named {
 		x.Stop()
 	}
+	for _, x := range w.grants {
+		x.Stop()
+	}
 }
 
 // wake returns the channel a release notification arrives on; nil (never)
@@ -255,20 +268,28 @@ func (w *watches) wake() <-chan struct{} {
 	return w.released
 }
 
-// forget drops the reservations announced so far: an attempt is about to
-// find out what the nodes hold, and only announcements that come after it
-// began say something it did not see.
+// forget drops the reservations and grants announced so far: an attempt
+// is about to find out what the nodes hold, and only announcements that
+// come after it began say something it did not see.
 func (w *watches) forget() {
 	if w == nil {
 		return
 	}
+	w.nGranted = 0
 	for {
 		select {
 		case <-w.reserved:
+		case <-w.granted:
 		default:
 			return
 		}
 	}
+}
+
+// grantedBy reports whether n nodes announced a grant since the last
+// forget (counted by Client.sleep).
+func (w *watches) grantedBy(n int) bool {
+	return w != nil && w.nGranted >= n
 }
 
 // reservations returns the channel a reservation for this waiter is
@@ -278,6 +299,15 @@ func (w *watches) reservations() <-chan struct{} {
 		return nil
 	}
 	return w.reserved
+}
+
+// grantsC returns the channel a grant to this waiter is announced on,
+// once per node; nil (never) for a waiter that asked for none.
+func (w *watches) grantsC() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.granted
 }
 
 // freeIn estimates, from a failed attempt's replies, when the holder's
