@@ -460,8 +460,8 @@ func (h *hub) notify(name, to string) {
 	defer h.mu.Unlock()
 	if ch := h.subs[name]; ch != nil {
 		for w := range ch.watches {
-			if to != "" && w.owner != "" && w.owner != to {
-				continue // the key is reserved for another waiter
+			if !node.Wakes(w.owner, to) {
+				continue // the key is reserved or granted for another waiter
 			}
 			select {
 			case w.released <- struct{}{}:

@@ -12,6 +12,7 @@ package node
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -237,9 +238,31 @@ func ReleaseChannel(key string) string { return key + ":released" }
 // attempt's token and no other waiter's grant equals it.
 func GrantValue(owner, id string) string { return "~" + owner + ":" + id }
 
+// GrantMessage is the message that announces grant on the waiter's
+// channel (ReservedKey): grant + ":" + token, the token of the waiting
+// Acquire whose registration the node granted (the last one it ran), so
+// that a waiter counts only the grants that came after its last attempt.
+func GrantMessage(grant, token string) string { return grant + ":" + token }
+
+// Wakes reports whether a release message msg wakes a watch for owner
+// (see Watcher): a watch for no one wakes for every message, any other
+// for the messages that name it, and for those that name no one unless
+// it watches for a grant message (GrantMessage: owner begins with "~"),
+// which only that message wakes.
+func Wakes(owner, msg string) bool {
+	switch {
+	case owner == "", owner == msg:
+		return true
+	case msg == "":
+		return !strings.HasPrefix(owner, "~")
+	}
+	return false
+}
+
 // ReservedKey is key + ":" + owner: not a key any node holds, but the
-// name whose ReleaseChannel announces that key was reserved for the
-// waiter owner (see ReleaseChannel).
+// name whose ReleaseChannel announces that key was reserved (the message
+// is owner) or granted (a GrantMessage) to the waiter owner (see
+// ReleaseChannel).
 func ReservedKey(key, owner string) string { return key + ":" + owner }
 
 // Watcher is a Node that can tell a waiter when a key is released there
@@ -247,11 +270,13 @@ func ReservedKey(key, owner string) string { return key + ":" + owner }
 // that do not offer it, and waits by polling on them.
 type Watcher interface {
 	// Watch starts watching key's releases on the node (ReleaseChannel):
-	// after each one that names owner or no one (owner "": after each
-	// one) it sends on released without blocking (a full channel means a
-	// wake-up is already pending). It never blocks on the network: the
-	// subscription is made in the background. A waiter that the key may
-	// be reserved for also watches ReservedKey(key, owner).
+	// after each one whose message wakes owner (Wakes: one that names
+	// owner or no one; owner "": every one) it sends on released without
+	// blocking (a full channel means a wake-up is already pending). It
+	// never blocks on the network: the subscription is made in the
+	// background. A waiter that the key may be reserved or granted for
+	// also watches ReservedKey(key, owner), for its tag and for its
+	// GrantMessage.
 	Watch(key, owner string, released chan<- struct{}) Watch
 }
 
@@ -330,9 +355,13 @@ const WaiterLease = 2 * time.Second
 // whose waiting Acquire asked for a grant (Key.Grant, own queues only)
 // is given the key instead: Release with announce sets the key to the
 // grant for that Acquire's TTL, drops the head from the queue and
-// announces the grant (the message is Key.Grant) on the same channel;
-// the head's next waiting Acquire takes a key that holds its grant as
-// one reserved for it. A plain
+// announces it on the same channel with GrantMessage(grant, token of the
+// last Acquire that registered the head there); the head's next waiting
+// Acquire takes a key that holds its grant as one reserved for it. In a
+// key's own queue a release passes over the releaser's client
+// (Key.Owner): its next holder takes the key by Transfer. A Release or
+// Transfer of a lock held by a grant that finds the key not its own
+// drops the owner's registration that asks for that grant. A plain
 // Acquire (no holderTTL) ignores the queue: it takes a free key, never a
 // reserved one. A node that cannot keep the queue (an ACL user without
 // TIME or the hash commands) still acquires, in no order; its transfers

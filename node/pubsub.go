@@ -311,8 +311,8 @@ func (s *subscriber) notify(name, to string) {
 	}
 	if ch := s.subs[name]; ch != nil {
 		for w := range ch.watches {
-			if to != "" && w.owner != "" && w.owner != to {
-				continue // the key is reserved for another waiter
+			if !Wakes(w.owner, to) {
+				continue // the key is reserved or granted for another waiter
 			}
 			select {
 			case w.released <- struct{}{}:

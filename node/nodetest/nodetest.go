@@ -1026,7 +1026,7 @@ func testGrant(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "b"), "b has left the queue")
 	msg := receive(t, toB, 5*time.Second)
 	require.NotNil(t, msg)
-	assert.Equal(t, gb, string(msg[2].([]byte)), "the grant is announced to b, by its value")
+	assert.Equal(t, node.GrantMessage(gb, "tok-b1"), string(msg[2].([]byte)), "the grant is announced to b, naming the attempt it registered with")
 	assert.Nil(t, receive(t, all, 100*time.Millisecond), "and to no one else")
 
 	// The grant is b's lock: it extends and releases it by the grant, and
@@ -1056,6 +1056,21 @@ func testGrant(t *testing.T, f Factory) {
 	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "b", Grant: b2.Grant}))
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "the leaver's grant is freed: no one else waits")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
+
+	// A lock held by a grant whose release (or transfer) finds the key
+	// not granted here yet takes its registration out of the queue, so
+	// that the node does not grant it once the lock is gone.
+	other := node.Key{Name: name, Token: "tok-y", Owner: "y"}
+	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, false))(node.Done, "y takes the key")
+	gz := node.GrantValue("z", "g7")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-z", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits")
+	e.resultOf(e.n.Release(e.ctx, node.Key{Name: name, Token: gz, Owner: "z"}, true))(node.Taken, "z's lock, granted elsewhere, releases here")
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "z"), "z's registration is gone")
+	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-z2", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits again")
+	e.resultOf(h.Transfer(e.ctx, node.Key{Name: name, Token: gz, Owner: "z"}, node.Key{Name: name, Token: "tok-z3", Owner: "z"}, time.Minute))(node.Taken, "z's lock hands over within its client")
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "z"), "z's registration is gone")
+	e.resultOf(e.n.Release(e.ctx, other, true))(node.Done, "y releases")
+	assert.Equal(t, int64(0), e.do("EXISTS", name, wk), "granted to no one: nothing is left")
 
 	// A release hands the key on to a head of another client than the
 	// releaser's: its own client's place (here x's, ahead of c) is for

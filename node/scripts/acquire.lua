@@ -44,7 +44,9 @@ end
 local grant = ARGV[6] or ""
 if v == token or v == "~" .. tag or (v == grant and grant ~= "") then
   -- Already the caller's (the same command run twice), or reserved for
-  -- it (its turn, see hand_on): take it and leave the queue, as below,
+  -- it (its turn, see hand_on), or holding the grant it asked for (an
+  -- earlier attempt's registration was granted): take it and leave the
+  -- queue, as below,
   -- before the libraries are defined (queue_drop inline; redis.pcall: a
   -- user without the hash commands has no entry to drop).
   if v == token then
@@ -68,7 +70,7 @@ end
 --[[libraries]]
 local ok, head, mine, lease = pcall(function()
   local now = now_ms()
-  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now, ttl, grant)
+  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now, ttl, token, grant)
   local h, hl = queue_head(wk, now, nil)
   if not h then
     -- Every waiter, the caller too, has a key of the queue reserved (a

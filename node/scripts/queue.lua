@@ -4,9 +4,11 @@
 -- KEYS[2] of those scripts (node.Key.Waiters) is a hash: per waiting
 -- client tag (node.Key.Owner), "<ticket>:<lease end>", the lease end in
 -- the node's milliseconds (TIME), followed by ":<end>" while a key is
--- reserved for that waiter until end (hand_on), or by ":<ttl>:<grant>"
--- for a waiter that asked to be granted the key directly (acquire.lua's
--- ARGV[6], node.Key.Grant); field "#" holds the last ticket given out. The head of the queue is the live waiter with the
+-- reserved for that waiter until end (hand_on), or by
+-- "::<ttl>:<token>:<grant>" for a waiter that asked to be granted the key
+-- directly (acquire.lua's ARGV[6], node.Key.Grant): the TTL and token of
+-- the attempt that registered it last; field "#" holds the last ticket
+-- given out. The head of the queue is the live waiter with the
 -- lowest ticket, the lower tag breaking ties, among those no key is
 -- reserved for. A queue is a lock's own when KEYS[2] is KEYS[1] ..
 -- ":waiters" (node.WaitersKey); otherwise it serves several keys (a
@@ -34,36 +36,49 @@ local function queue_drop(wk, tag)
   end
 end
 
--- queue_entry parses an entry: ticket, lease end, the end of the
--- reservation for it (0: none), and the TTL and value of a direct grant
--- (nil: none); nil for a malformed one.
-local function queue_entry(e)
-  local tk, lease, rs, gttl, g = string.match(e or "", "^(%d+):(%d+):?(%d*):?(%d*):?(.*)$")
-  if g == "" then
-    g = nil
+-- queue_forget_grant drops tag's entry where it asks for grant: the lock
+-- that grant stands for is done with this node (release.lua).
+local function queue_forget_grant(wk, tag, grant)
+  local e = redis.call("HGET", wk, tag)
+  if e and tag ~= "" and string.sub(e, -#grant - 1) == ":" .. grant then
+    queue_drop(wk, tag)
   end
-  return tonumber(tk), tonumber(lease), tonumber(rs) or 0, tonumber(gttl), g
+end
+
+-- queue_entry parses an entry: ticket, lease end, the end of the
+-- reservation for it (0: none), and for a waiter that asked for a grant
+-- its TTL, the registering attempt's token and the grant (nil: none);
+-- nil for a malformed one.
+local function queue_entry(e)
+  e = e or ""
+  local tk, lease, gttl, t, g = string.match(e, "^(%d+):(%d+)::(%d+):([^:]+):(.+)$")
+  if tk then
+    return tonumber(tk), tonumber(lease), 0, tonumber(gttl), t, g
+  end
+  local rs
+  tk, lease, rs = string.match(e, "^(%d+):(%d+):?(%d*)$")
+  return tonumber(tk), tonumber(lease), tonumber(rs) or 0
 end
 
 -- queue_head drops lapsed entries and returns the head among the waiters
 -- other than skip that no key is reserved for: its tag, lease end,
--- ticket, and the TTL and value of the grant it asked for (nil: none;
--- nil when there is no head).
+-- ticket, and the grant it asked for, as queue_entry (nil: none; nil
+-- when there is no head).
 local function queue_head(wk, now, skip)
   local all = redis.call("HGETALL", wk)
-  local head, ht, hl, hgt, hg
+  local head, ht, hl, hgt, hgtok, hg
   for i = 1, #all, 2 do
     local tag = all[i]
     if tag ~= "#" then
-      local tk, lease, rs, gttl, g = queue_entry(all[i + 1])
+      local tk, lease, rs, gttl, gtok, g = queue_entry(all[i + 1])
       if not tk or lease <= now then
         queue_drop(wk, tag)
       elseif tag ~= skip and rs <= now and (not head or tk < ht or (tk == ht and tag < head)) then
-        head, ht, hl, hgt, hg = tag, tk, lease, gttl, g
+        head, ht, hl, hgt, hgtok, hg = tag, tk, lease, gttl, gtok, g
       end
     end
   end
-  return head, hl, ht, hgt, hg
+  return head, hl, ht, hgt, hgtok, hg
 end
 
 -- queue_join queues tag, or renews its place, for lease milliseconds from
@@ -73,8 +88,9 @@ end
 -- this one is queued on a majority gets a larger one from any majority.
 -- A reservation for it that has not ended is kept; grant (nil or "":
 -- none) is the value the waiter asks a release to set the key to for
--- gttl milliseconds when it hands the key on to it (see hand_on).
-local function queue_join(wk, tag, ticket, lease, now, gttl, grant)
+-- gttl milliseconds when it hands the key on to it (see hand_on), token
+-- the registering attempt's.
+local function queue_join(wk, tag, ticket, lease, now, gttl, token, grant)
   local mine = tonumber(ticket)
   local tk, le, rs = queue_entry(redis.call("HGET", wk, tag))
   if not tk or le <= now then
@@ -94,7 +110,7 @@ local function queue_join(wk, tag, ticket, lease, now, gttl, grant)
   if rs > now then
     e = e .. ":" .. rs
   elseif grant and grant ~= "" then
-    e = e .. "::" .. gttl .. ":" .. grant
+    e = e .. "::" .. gttl .. ":" .. token .. ":" .. grant
   end
   redis.call("HSET", wk, tag, e)
   redis.call("PEXPIRE", wk, lease)
@@ -109,21 +125,22 @@ end
 -- the head's own channel, key .. ":" .. tag .. ":released"
 -- (node.ReservedKey), so that only the head's client hears it and only
 -- the head may take it; otherwise it deletes the key and, unless quiet,
--- announces it to all on the release channel. A head that is a reader (its tag starts with "r", see
--- shared.lua) needs no reservation: the key is deleted and announced to
+-- announces it to all on the release channel. A head that is a reader
+-- (its tag starts with "r", see shared.lua) needs no reservation: the key is deleted and announced to
 -- all, and the readers queued before the first writer go in together.
 -- A head of a lock's own queue that asked for a grant (queue_join) is
 -- given the key instead: its value becomes the grant, for the grant's
 -- TTL, the head leaves the queue, and the grant is announced on the
--- head's channel with the grant as the message: the waiter holds the
--- key here without another command (node.Key.Grant).
+-- head's channel, the message naming the grant and the attempt that
+-- registered it, grant .. ":" .. token (node.GrantMessage): the waiter
+-- holds the key here without another command (node.Key.Grant).
 local function hand_on(key, wk, skip, quiet)
-  local ok, head, left, grant = pcall(function()
+  local ok, head, left, grant, msg = pcall(function()
     if redis.call("EXISTS", wk) == 0 then
       return nil
     end
     local now = now_ms()
-    local h, lease, tk, gttl, g = queue_head(wk, now, skip)
+    local h, lease, tk, gttl, gtok, g = queue_head(wk, now, skip)
     if not h or string.sub(h, 1, 1) == "r" then
       return h
     end
@@ -132,16 +149,16 @@ local function hand_on(key, wk, skip, quiet)
       -- node.WaitersKey(key); a semaphore's line is named otherwise):
       -- the next release of one of them goes to the next head.
       redis.call("HSET", wk, h, tk .. ":" .. lease .. ":" .. lease)
-    elseif g and gttl then
+    elseif g then
       queue_drop(wk, h)
-      return h, gttl, g
+      return h, gttl, g, g .. ":" .. gtok
     end
     return h, lease - now
   end)
   if ok and head and string.sub(head, 1, 1) ~= "r" then
     if grant then
       redis.call("SET", key, grant, "PX", left)
-      redis.pcall("PUBLISH", key .. ":" .. head .. ":released", grant)
+      redis.pcall("PUBLISH", key .. ":" .. head .. ":released", msg)
       return
     end
     redis.call("SET", key, "~" .. head, "PX", left)

@@ -20,10 +20,15 @@
 -- The announcement: "" on the key's release channel, KEYS[1] ..
 -- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
 -- on the head's own channel (node.ReservedKey) when the key is reserved
--- for it. redis.pcall: an ACL user without the right to publish still
--- releases; its waiters poll.
+-- for it, or the grant message (see hand_on) when it is granted to it.
+-- redis.pcall: an ACL user without the right to publish still releases;
+-- its waiters poll.
+-- A lock held by a grant (its token starts with "~", node.GrantValue)
+-- that finds the key not its own here was not granted here yet: its
+-- owner's registration asking for that grant goes, so that it is not
+-- granted once the lock is gone.
 local v = redis.call("GET", KEYS[1])
-if v ~= ARGV[1] then
+if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   if v then
     return 0
   end
@@ -35,18 +40,27 @@ end
 -- to all, as hand_on would (a rollback of a key of a shared queue with
 -- no one queued: as a rollback). redis.pcall: a user that may not run
 -- EXISTS takes hand_on's path.
-if ARGV[2] == "0" and KEYS[2] == KEYS[1] .. ":waiters" then
-  redis.call("DEL", KEYS[1])
-  return 1
-end
-if redis.pcall("EXISTS", KEYS[2]) == 0 then
-  redis.call("DEL", KEYS[1])
-  if ARGV[2] == "1" then
-    redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
+if v == ARGV[1] then
+  if ARGV[2] == "0" and KEYS[2] == KEYS[1] .. ":waiters" then
+    redis.call("DEL", KEYS[1])
+    return 1
   end
-  return 1
+  if redis.pcall("EXISTS", KEYS[2]) == 0 then
+    redis.call("DEL", KEYS[1])
+    if ARGV[2] == "1" then
+      redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
+    end
+    return 1
+  end
 end
 --[[libraries]]
+if v ~= ARGV[1] then
+  pcall(queue_forget_grant, KEYS[2], ARGV[3], ARGV[1])
+  if v then
+    return 0
+  end
+  return -1
+end
 local skip = nil
 if KEYS[2] == KEYS[1] .. ":waiters" and ARGV[3] and ARGV[3] ~= "" then
   skip = ARGV[3]

@@ -23,7 +23,8 @@ local v = redis.call("GET", KEYS[1])
 if v == ARGV[2] then
   return 1
 end
-if v and v ~= ARGV[1] then
+local other = v and v ~= ARGV[1]
+if other and string.sub(ARGV[1], 1, 1) ~= "~" then
   return 0
 end
 -- No one queued (the common case: the client's next holder waits for
@@ -31,19 +32,25 @@ end
 -- libraries are defined. HLEN, not EXISTS: a user that may not run the
 -- hash commands cannot read the queue, and takes the path below, which
 -- releases.
-if KEYS[2] ~= KEYS[1] .. ":waiters" then
+if other then
+  -- The holder's lock came by a grant (node.GrantValue) not given here
+  -- yet: as in release.lua, its registration asking for it goes.
+elseif KEYS[2] ~= KEYS[1] .. ":waiters" then
   redis.pcall("HDEL", KEYS[2], ARGV[4])
   if redis.pcall("HLEN", KEYS[2]) == 1 then
     redis.call("DEL", KEYS[2]) -- only the ticket counter is left
   end
   redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
   return 1
-end
-if redis.pcall("HLEN", KEYS[2]) == 0 then
+elseif redis.pcall("HLEN", KEYS[2]) == 0 then
   redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
   return 1
 end
 --[[libraries]]
+if other then
+  pcall(queue_forget_grant, KEYS[2], ARGV[4], ARGV[1])
+  return 0
+end
 local ok, others = pcall(function()
   local h = queue_head(KEYS[2], now_ms(), ARGV[4])
   return h ~= nil
