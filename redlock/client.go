@@ -403,13 +403,22 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// when this call tries the nodes (not while a lock of this
 			// client will hand the key over).
 			grant = c.grantFor(cfg)
-			if w = c.watch(key, true, grant); w != nil {
+			if w = c.watch(key, true, grant != ""); w == nil {
+				grant = "" // no one would hear it: a reservation lasts a lease at most
+			} else {
 				d, _ := cfg.retry.Backoff(1)
 				_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt
 			}
 		}
+		// A fresh token per attempt, not just per Lock call: a late
+		// rollback of a failed attempt then can never delete the keys of
+		// a later one.
+		tok := newToken()
+		if grant != "" {
+			w.expect(c, node.GrantMessage(grant, tok))
+		}
 		w.forget()
-		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant)
+		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant, tok)
 		switch {
 		case err != nil:
 			return nil, attempt, err
@@ -438,10 +447,12 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				o = c.offer(key, cfg)
 			}
 			if w == nil {
-				if queued {
+				if queued && grant == "" {
 					grant = c.grantFor(cfg)
 				}
-				if w = c.watch(key, !cfg.shared, grant); w != nil {
+				if w = c.watch(key, !cfg.shared, grant != ""); w == nil {
+					grant = "" // no one would hear it: a reservation lasts a lease at most
+				} else {
 					err = w.ready(ctx, c, d)
 					if err == nil {
 						continue
@@ -489,6 +500,13 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	}
 }
 
+// unsent reports whether err says a node call was never sent (its
+// breaker was open, or the lock's previous command there had not
+// returned): it cannot act later.
+func unsent(err error) bool {
+	return errors.Is(err, node.ErrCircuitOpen) || errors.Is(err, errPrevPending)
+}
+
 // grantFor returns a fresh node.Key.Grant for a Lock call that waits with
 // cfg, or "" where the nodes would not grant it: fenced locks (their fence
 // needs a round of its own), semaphores and readers, and nodes that are
@@ -502,15 +520,16 @@ func (c *Client) grantFor(cfg *config) string {
 
 // granted returns the lock that a majority of nodes granted this call
 // (node.Key.Grant, announced by name) since its last waiting attempt,
-// which began at from, or nil when no validity would be left. The
-// attempt's replies are all in and none set the key; each grant came
-// after that node had answered (a grant set before would have been
-// taken by the attempt, which would have said so), so no command of this
-// call is left to change it, and the key lives there at least the TTL
-// from from, which is where the validity counts from: up to a poll's
-// interval (queuePoll) less than an acquire's.
+// which began at from. The attempt's replies are all in and none set the
+// key; each grant came after that node had answered (a grant set before
+// would have been taken by the attempt, which would have said so), so no
+// command of this call is left to change it, and the key lives there at
+// least the TTL from from, which is where the validity counts from. It
+// returns nil when more than grantMaxAge has passed since from: an
+// attempt then takes the granted keys with a validity counted from now.
 func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
-	if clock.Validity(cfg.ttl, c.clk.Since(from), cfg.driftFactor) <= 0 {
+	age := c.clk.Since(from)
+	if age > grantMaxAge(cfg.ttl) || clock.Validity(cfg.ttl, age, cfg.driftFactor) <= 0 {
 		return nil
 	}
 	k := node.NewKey(key, grant)
@@ -522,10 +541,16 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	for i := range l.ch.tail {
 		l.ch.tail[i] = step{res: node.Result{Status: node.Done}, sent: true, reached: true, done: true}
 	}
-	l.ch.expires = c.clk.Now().Add(cfg.ttl + 2*l.ch.maxTimeout)
+	l.ch.expires = c.clk.Now().Add(cfg.ttl + node.WaiterLease + 2*l.ch.maxTimeout) // a node may grant while its registration lasts
 	l.grant(from, 0)
 	return l
 }
+
+// grantMaxAge bounds what a lock taken by grants loses of its validity
+// against one taken by an attempt: a tenth of its TTL (the grant's
+// validity counts from the waiter's last attempt, up to queuePoll
+// before; with a TTL of 10 s always within the bound).
+func grantMaxAge(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // queuePoll is how long a waiter queued on the nodes, and woken by name
 // when its turn comes, sleeps between attempts: often enough to renew
@@ -542,7 +567,9 @@ const queuePoll = node.WaiterLease / 3
 // it, so that the attempt that follows finds the key reserved on a
 // majority, or grace after the first announcement (another node's may be
 // lost, or that node reserved the key for another waiter); grace 0 ends
-// it at the first. It returns ctx's error if ctx ends first, ErrClosed if
+// it at the first, except for a grant, which waits up to a node timeout
+// for the others of a majority (then the call holds the lock without an
+// attempt, see Client.granted). It returns ctx's error if ctx ends first, ErrClosed if
 // the client is closed first.
 func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offer, grace time.Duration) (*Lock, error) {
 	var gift chan *Lock
@@ -715,11 +742,11 @@ func noFencer(nodes []node.Node) error {
 // count, check validity, roll back on failure. wait asks the nodes that
 // refuse for the holder's TTL. It returns a Lock, or a *QuorumError, or
 // ErrClosed.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant string) (*Lock, *QuorumError, error) {
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *QuorumError, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	l, qe := c.try(ctx, key, cfg, wait, ticket, grant)
+	l, qe := c.try(ctx, key, cfg, wait, ticket, grant, token)
 	c.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
 	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
@@ -729,14 +756,16 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant string) (*Lock, *QuorumError) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *QuorumError) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
 	}
-	// A fresh token per attempt, not just per Lock call: a late rollback
-	// of a failed attempt then can never delete the keys of a later one.
-	k := node.NewKey(key, newToken())
+	if token == "" {
+		// A fresh token per attempt (see Client.retry).
+		token = newToken()
+	}
+	k := node.NewKey(key, token)
 	k.Owner = c.tag
 	if cfg.shared {
 		k = node.NewSharedKey(key, k.Token)
@@ -794,7 +823,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		qe.started = r.Started()
 		for _, rep := range r.Replies {
 			qe.took = qe.took || rep.Err == nil && rep.Result.Status == node.Done
-			qe.lost = qe.lost || rep.Err != nil || rep.Result.Status == node.Unknown
+			qe.lost = qe.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
 		}
 	}
 	return nil, qe

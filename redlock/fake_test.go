@@ -97,7 +97,7 @@ func (n *watchingNode) publish(key, msg string) {
 	defer n.wmu.Unlock()
 	n.pubs[key]++
 	for w := range n.watchers[key] {
-		if msg != "" && w.owner != "" && w.owner != msg {
+		if !node.Wakes(w.owner, msg) {
 			continue
 		}
 		select {

@@ -27,6 +27,7 @@ type waiter struct {
 	reserved time.Time     // a key of the queue is reserved for it until then
 	grant    string        // the grant its last waiting attempt asked for ("": none)
 	gttl     time.Duration // and for how long
+	gtok     string        // and that attempt's token
 }
 
 func asHandoff(fs []*fakeNode) []node.Node {
@@ -73,7 +74,7 @@ func (n *handoffNode) handOn(key, q, skip string, quiet bool) {
 		if w.grant != "" && q == node.WaitersKey(key) {
 			n.keys[key] = entry{token: w.grant, until: n.clk.Now().Add(w.gttl)}
 			delete(n.waiters[q], h)
-			msg = w.grant
+			msg = node.GrantMessage(w.grant, w.gtok)
 		} else {
 			n.keys[key] = entry{token: "~" + h, until: until}
 			w.reserved = until
@@ -127,7 +128,7 @@ func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration
 	}
 	nw := waiter{ticket: ticket, until: now.Add(node.WaiterLease), reserved: w.reserved}
 	if !now.Before(w.reserved) {
-		nw.grant, nw.gttl = k.Grant, ttl
+		nw.grant, nw.gttl, nw.gtok = k.Grant, ttl, k.Token
 	}
 	n.waiters[q][k.Owner] = nw
 	h, until := n.head(q, "")
@@ -154,6 +155,9 @@ func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (n
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e, ok := n.get(k.Name)
+	if !ok || e.token != k.Token {
+		n.forgetGrant(k)
+	}
 	switch {
 	case !ok:
 		return node.Result{Status: node.Absent}, nil
@@ -181,6 +185,7 @@ func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.
 	case held && e.token == to.Token:
 		return node.Result{Status: node.Done}, nil
 	case held && e.token != from.Token:
+		n.forgetGrant(from)
 		return node.Result{Status: node.Taken}, nil
 	}
 	q := from.Waiters()
@@ -208,6 +213,16 @@ func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
 		n.handOn(k.Name, k.Waiters(), k.Owner, false)
 	}
 	return nil
+}
+
+// forgetGrant drops k.Owner's registration where it asks for k.Token as
+// its grant: a lock held by that grant found the key not granted here
+// (release.lua, transfer.lua). Under hmu and mu.
+func (n *handoffNode) forgetGrant(k node.Key) {
+	q := k.Waiters()
+	if w, ok := n.waiters[q][k.Owner]; ok && w.grant != "" && w.grant == k.Token {
+		delete(n.waiters[q], k.Owner)
+	}
 }
 
 // waiting returns the owners queued for key in its own queue

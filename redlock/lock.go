@@ -76,9 +76,11 @@ func (l *Lock) Key() string {
 	return l.k.Name
 }
 
-// Token returns the random value stored under the key on the nodes (32
-// hex digits from crypto/rand). Use it for check-and-set against the
-// nodes; it is not a fencing token (it does not increase).
+// Token returns the random value stored under the key on the nodes: 32
+// hex digits from crypto/rand, or, for a lock the nodes granted to a
+// waiting Lock call, "~" + the client's tag + ":" + 32 hex digits
+// (node.GrantValue). Use it for check-and-set against the nodes; it is
+// not a fencing token (it does not increase).
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""

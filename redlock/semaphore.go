@@ -573,7 +573,7 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 		if p != nil {
 			p.tried, ticket = true, p.ticket
 		}
-		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "")
+		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "")
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr

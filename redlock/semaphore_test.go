@@ -499,7 +499,31 @@ func TestSemaphoreReleaseGoesToTheLongestWaitingClient(t *testing.T) {
 			return true
 		}
 	}
-	held := holdAll(t, sems[0])
+	// a holds both permits on every node (TryAcquire returns at a
+	// majority, and a slot may stay free on the third node: b would take
+	// it there and leave the line until its next poll, an hour away).
+	var held map[string]*redlock.Lock
+	for try := 0; ; try++ {
+		held = holdAll(t, sems[0])
+		everywhere := func() bool {
+			for _, l := range held {
+				if holders(fakes, l.Key(), l.Token()) != len(fakes) {
+					return false
+				}
+			}
+			return true
+		}
+		for end := time.Now().Add(time.Second); !everywhere() && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+		if everywhere() {
+			break
+		}
+		require.Less(t, try, 5, "a holds both permits on every node")
+		for _, l := range held {
+			require.NoError(t, l.Unlock(ctx))
+		}
+	}
 	rb := acquireAsync(ctx, sems[1])
 	if !assert.Eventually(t, queued(1), 5*time.Second, time.Millisecond) {
 		t.Fatalf("b queues: %v", counts())

@@ -140,7 +140,8 @@ type watches struct {
 	named    []node.Watch    // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
 	mine     []chan struct{} // a semaphore's: per slot, the named watches' of the slot send there (room for one per node)
 	reserved chan struct{}   // every named watch sends here: room for one reservation per node (see Client.sleep)
-	grants   []node.Watch    // a waiter that asks for a grant: per node, its channel's messages that are the grant
+	channel  string          // with named: the channel they watch (node.ReservedKey)
+	grants   []node.Watch    // a waiter that asks for a grant: per node, for its last attempt's grant message (see expect)
 	granted  chan struct{}   // every grant watch sends here: room for one grant per node
 	nGranted int             // grants heard since the last forget (see Client.sleep); owned by the waiter
 }
@@ -149,26 +150,43 @@ type watches struct {
 // for a waiter that the nodes may reserve the key for (named: a writer,
 // queued under the client's tag), to the releases that name this client
 // (node.ReservedKey), which no other client hears; on that channel, a
-// waiter that asks for grant (node.Key.Grant; "": none) hears the grants
-// apart. Nil when notifications are off or no node offers them.
-func (c *Client) watch(key string, named bool, grant string) *watches {
+// waiter that asks for grants hears them apart (see expect). Nil when
+// notifications are off or no node offers them.
+func (c *Client) watch(key string, named, grants bool) *watches {
 	w := c.watchKeys([]string{key}, false)
 	if w != nil && named {
-		mine := node.ReservedKey(key, c.tag)
+		w.channel = node.ReservedKey(key, c.tag)
 		w.reserved = make(chan struct{}, len(c.nodes))
-		if grant != "" {
+		if grants {
 			w.granted = make(chan struct{}, len(c.nodes))
 		}
 		for _, n := range c.nodes {
 			if wn, ok := n.(node.Watcher); ok {
-				w.named = append(w.named, wn.Watch(mine, c.tag, w.reserved))
-				if grant != "" {
-					w.grants = append(w.grants, wn.Watch(mine, grant, w.granted))
-				}
+				w.named = append(w.named, wn.Watch(w.channel, c.tag, w.reserved))
 			}
 		}
 	}
 	return w
+}
+
+// expect points the grant watches at msg, the node.GrantMessage of the
+// attempt about to be sent: a node names in it the last attempt whose
+// registration it granted, so only grants of this attempt's registration
+// are heard (an announcement of an earlier one's may still be on its
+// way). The channel is already subscribed: a watch costs no round trip.
+func (w *watches) expect(c *Client, msg string) {
+	if w == nil || w.granted == nil {
+		return
+	}
+	for _, x := range w.grants {
+		x.Stop()
+	}
+	w.grants = w.grants[:0]
+	for _, n := range c.nodes {
+		if wn, ok := n.(node.Watcher); ok {
+			w.grants = append(w.grants, wn.Watch(w.channel, msg, w.granted))
+		}
+	}
 }
 
 // watchKeys subscribes to the releases of keys on every node that offers
