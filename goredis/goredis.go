@@ -63,7 +63,11 @@
 // an acquire (plain or fenced) that finds the caller's token answers Done
 // and sets the TTL again, an extend or a confirm runs again to the same
 // effect; a release that finds its own delete done answers Absent, which
-// a client counts as a refusal.
+// a client counts as a refusal. A waiting acquire does not ask for a
+// grant (node.Key.Grant) through a client that may resend (MaxRetries
+// not -1, or not a *redis.Client): a first copy that ran after the grant
+// could take it back from the lock it was counted for. Such a waiter
+// gets reservations instead, and an acquire round after each.
 package goredis
 
 import (
@@ -129,11 +133,12 @@ func NewWithOptions(client redis.UniversalClient, opts Options) node.Node {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	n := &redisNode{client: client, timeout: opts.Timeout,
+	n := &redisNode{client: client, timeout: opts.Timeout, resends: true,
 		hub: &hub{client: client, timeout: opts.Timeout, subs: map[string]*channel{}}}
 	if c, ok := client.(*redis.Client); ok {
 		o := c.Options()
 		n.bounded = o.ContextTimeoutEnabled
+		n.resends = o.MaxRetries > 0 // as normalised by NewClient: -1 (none) becomes 0, 0 (default) 3
 		n.writeBuf = o.WriteBufferSize
 		if o.Addr != failoverAddr {
 			n.addr = o.Addr
@@ -169,6 +174,9 @@ type redisNode struct {
 	writeBuf int
 	// hub is the node's subscriptions, for Watch.
 	hub *hub
+	// resends: the client may send a command again (go-redis' MaxRetries),
+	// so a waiting acquire asks for no grant (see Retries above).
+	resends bool
 }
 
 var (
@@ -213,7 +221,7 @@ func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, 
 		owner = k.Owner
 	}
 	args := []any{k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket}
-	if holderTTL && k.Grant != "" {
+	if holderTTL && k.Grant != "" && !n.resends {
 		args = append(args, k.Grant)
 	}
 	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, k.Waiters()}, args...)

@@ -92,6 +92,32 @@ func anys(s []string) []any {
 	return out
 }
 
+// TestGrantOnlyWithoutResends: a waiting acquire asks for a grant only
+// through a client that sends each command once (MaxRetries -1); through
+// one that may resend, the release reserves the key for it instead.
+func TestGrantOnlyWithoutResends(t *testing.T) {
+	addr, admin := server(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		retries int
+		want    string
+	}{{-1, node.GrantValue("b", "g")}, {0, "~b"}, {3, "~b"}} {
+		c := client(t, addr, modes[0], func(o *redis.Options) { o.MaxRetries = tc.retries })
+		n := goredis.New(c)
+		holder := node.Key{Name: "k", Token: "tok-a", Owner: "a"}
+		_, err := n.Acquire(ctx, holder, time.Minute, false)
+		require.NoError(t, err)
+		_, err = n.Acquire(ctx, node.Key{Name: "k", Token: "tok-b", Owner: "b", Grant: node.GrantValue("b", "g")}, time.Minute, true)
+		require.NoError(t, err)
+		_, err = n.Release(ctx, holder, true)
+		require.NoError(t, err)
+		v, err := admin.Do(ctx, "GET", "k")
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, string(v.([]byte)), "MaxRetries %d", tc.retries)
+		del(t, admin, "k", node.WaitersKey("k"))
+	}
+}
+
 func TestScriptsAreTheNodePackages(t *testing.T) {
 	s := node.LuaScripts()
 	for _, sc := range []node.Script{s.Acquire, s.Extend, s.Release, s.Inspect, s.AcquireFenced, s.ConfirmFence, s.Transfer, s.Leave,
