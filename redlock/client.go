@@ -548,8 +548,9 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 
 // grantMaxAge bounds what a lock taken by grants loses of its validity
 // against one taken by an attempt: a tenth of its TTL (the grant's
-// validity counts from the waiter's last attempt, up to queuePoll
-// before; with a TTL of 10 s always within the bound).
+// validity counts from the start of the waiter's last attempt, usually
+// less than queuePoll before; beyond the bound an attempt takes the
+// grants).
 func grantMaxAge(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // queuePoll is how long a waiter queued on the nodes, and woken by name

@@ -155,9 +155,7 @@ func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (n
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e, ok := n.get(k.Name)
-	if !ok || e.token != k.Token {
-		n.forgetGrant(k)
-	}
+	n.forgetGrant(k)
 	switch {
 	case !ok:
 		return node.Result{Status: node.Absent}, nil
@@ -181,11 +179,11 @@ func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e, held := n.get(from.Name)
+	n.forgetGrant(from)
 	switch {
 	case held && e.token == to.Token:
 		return node.Result{Status: node.Done}, nil
 	case held && e.token != from.Token:
-		n.forgetGrant(from)
 		return node.Result{Status: node.Taken}, nil
 	}
 	q := from.Waiters()
@@ -216,8 +214,8 @@ func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
 }
 
 // forgetGrant drops k.Owner's registration where it asks for k.Token as
-// its grant: a lock held by that grant found the key not granted here
-// (release.lua, transfer.lua). Under hmu and mu.
+// its grant: the lock held by that grant is done with the node, granted
+// here or not (release.lua, transfer.lua). Under hmu and mu.
 func (n *handoffNode) forgetGrant(k node.Key) {
 	q := k.Waiters()
 	if w, ok := n.waiters[q][k.Owner]; ok && w.grant != "" && w.grant == k.Token {

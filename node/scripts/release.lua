@@ -23,10 +23,10 @@
 -- for it, or the grant message (see hand_on) when it is granted to it.
 -- redis.pcall: an ACL user without the right to publish still releases;
 -- its waiters poll.
--- A lock held by a grant (its token starts with "~", node.GrantValue)
--- that finds the key not its own here was not granted here yet: its
--- owner's registration asking for that grant goes, so that it is not
--- granted once the lock is gone.
+-- A lock held by a grant (its token starts with "~", node.GrantValue):
+-- its owner's registration asking for that grant goes, also where the
+-- key is not its own (not granted here yet), so that it is not granted
+-- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
 if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   if v then
@@ -54,8 +54,12 @@ if v == ARGV[1] then
   end
 end
 --[[libraries]]
-if v ~= ARGV[1] then
+if string.sub(ARGV[1], 1, 1) == "~" then
+  -- A lock held by a grant: its owner's registration that asks for it
+  -- goes, whether the node granted it or not (a re-seed may have set it).
   pcall(queue_forget_grant, KEYS[2], ARGV[3], ARGV[1])
+end
+if v ~= ARGV[1] then
   if v then
     return 0
   end

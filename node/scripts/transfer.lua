@@ -47,8 +47,12 @@ elseif redis.pcall("HLEN", KEYS[2]) == 0 then
   return 1
 end
 --[[libraries]]
-if other then
+if string.sub(ARGV[1], 1, 1) == "~" then
+  -- As in release.lua: the registration asking for the holder's grant
+  -- goes, whatever the key holds here.
   pcall(queue_forget_grant, KEYS[2], ARGV[4], ARGV[1])
+end
+if other then
   return 0
 end
 local ok, others = pcall(function()
