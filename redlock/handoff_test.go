@@ -548,27 +548,32 @@ func TestNamedWakeWaitsForAMajority(t *testing.T) {
 }
 
 // grantSetup is a holder and a waiter, two clients over three nodes that
-// keep queues and announce, with an hour's retry delay; the waiter waits
-// in Lock for "k", queued on every node. It returns the holder's lock and
-// the waiter's pending Lock.
-func grantSetup(t *testing.T, ctx context.Context) ([]*fakeNode, []node.Node, *clock.Fake, *redlock.Lock, <-chan lockResult) {
+// keep queues and announce, with an hour's retry delay and opts; the
+// waiter waits in Lock for "k" (ctx), queued on the nodes that answer
+// (those without an error injected by prepare, called before it waits).
+// It returns the holder's lock and the waiter's pending Lock.
+func grantSetup(t *testing.T, ctx context.Context, prepare func([]*fakeNode), opts ...redlock.Option) ([]*fakeNode, []node.Node, *clock.Fake, *redlock.Lock, <-chan lockResult) {
 	t.Helper()
 	fakes, _, nodes, clk := watchHandoffNodes()
-	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
-	holder := handoffClient(t, nodes, clk, hour)
-	waiter := handoffClient(t, nodes, clk, hour)
+	opts = append([]redlock.Option{redlock.WithRetry(redlock.LinearBackoff(time.Hour))}, opts...)
+	holder := handoffClient(t, nodes, clk, opts...)
+	waiter := handoffClient(t, nodes, clk, opts...)
 	first, err := holder.TryLock(context.Background(), "k")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	want := 3
+	if prepare != nil {
+		prepare(fakes)
+		want = 2
+	}
 	ra := waitIn(t, ctx, waiter, clk, "k", 1)
 	require.Eventually(t, func() bool {
+		n := 0
 		for _, nd := range nodes {
-			if nd.(watchHandoff).waiting("k") != 1 {
-				return false
-			}
+			n += nd.(watchHandoff).waiting("k")
 		}
-		return true
-	}, 5*time.Second, time.Millisecond, "the waiter is queued on every node")
+		return n == want
+	}, 5*time.Second, time.Millisecond, "the waiter is queued on the nodes")
 	return fakes, nodes, clk, first, ra
 }
 
@@ -585,7 +590,7 @@ func acquires(fakes []*fakeNode) (n int) {
 // acquire, with the grant as its token and its validity counted from its
 // last attempt; its Unlock frees every node.
 func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
-	fakes, _, clk, first, ra := grantSetup(t, context.Background())
+	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
 	before := acquires(fakes)
 	queuedAt := clk.Now()
 	clk.Advance(100 * time.Millisecond) // the release comes a while after the waiter queued
@@ -608,26 +613,17 @@ func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 // its own could still take a granted key, and its rollback free it): it
 // makes one more attempt, which takes the granted keys with its token.
 func TestGrantAfterALostReplyTakesAnAttempt(t *testing.T) {
-	fakes, _, nodes, clk := watchHandoffNodes()
-	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
-	holder := handoffClient(t, nodes, clk, hour)
-	waiter := handoffClient(t, nodes, clk, hour)
 	ctx := context.Background()
-	first, err := holder.TryLock(ctx, "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
 	// The waiter's waiting attempts fail on node 2 (its first, plain
 	// attempt gets through).
-	fakes[2].setBefore(func(_ context.Context, op string) error {
-		if op == "acquire" && fakes[2].count("acquire") > 1 {
-			return errInjected
-		}
-		return nil
+	fakes, _, _, first, ra := grantSetup(t, ctx, func(fakes []*fakeNode) {
+		fakes[2].setBefore(func(_ context.Context, op string) error {
+			if op == "acquire" && fakes[2].count("acquire") > 1 {
+				return errInjected
+			}
+			return nil
+		})
 	})
-	ra := waitIn(t, ctx, waiter, clk, "k", 1)
-	require.Eventually(t, func() bool {
-		return nodes[0].(watchHandoff).waiting("k") == 1 && nodes[1].(watchHandoff).waiting("k") == 1
-	}, 5*time.Second, time.Millisecond, "the waiter is queued on nodes 0 and 1")
 	before := acquires(fakes)
 	fakes[2].setBefore(nil)
 	require.NoError(t, first.Unlock(ctx))
@@ -645,7 +641,7 @@ func TestGrantAfterALostReplyTakesAnAttempt(t *testing.T) {
 func TestGrantedWaiterThatGivesUpHandsItOn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fakes, nodes, _, first, ra := grantSetup(t, ctx)
+	fakes, nodes, _, first, ra := grantSetup(t, ctx, nil)
 	// Only node 0 gets the release: one grant, no majority.
 	_, err := nodes[0].Release(context.Background(), node.Key{Name: "k", Token: first.Token()}, true)
 	require.NoError(t, err)
@@ -669,23 +665,8 @@ func TestGrantedWaiterThatGivesUpHandsItOn(t *testing.T) {
 // shorter: the waiter takes them by an attempt instead, with a validity
 // counted from it.
 func TestOldGrantTakesAnAttempt(t *testing.T) {
-	fakes, _, nodes, clk := watchHandoffNodes()
-	opts := []redlock.Option{redlock.WithRetry(redlock.LinearBackoff(time.Hour)), redlock.WithNodeTimeout(100 * time.Millisecond), redlock.WithTTL(time.Second)}
-	holder := handoffClient(t, nodes, clk, opts...)
-	waiter := handoffClient(t, nodes, clk, opts...)
 	ctx := context.Background()
-	first, err := holder.TryLock(ctx, "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
-	ra := waitIn(t, ctx, waiter, clk, "k", 1)
-	require.Eventually(t, func() bool {
-		for _, nd := range nodes {
-			if nd.(watchHandoff).waiting("k") != 1 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, time.Millisecond, "the waiter is queued on every node")
+	fakes, _, clk, first, ra := grantSetup(t, ctx, nil, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithTTL(time.Second))
 	before := acquires(fakes)
 	clk.Advance(150 * time.Millisecond) // more than a tenth of the TTL, less than a poll
 	require.NoError(t, first.Unlock(ctx))

@@ -1001,7 +1001,11 @@ func testQueue(t *testing.T, f Factory) {
 // for the TTL it asked, and announces the grant on the head's channel;
 // the head's next waiting attempt takes a key that holds its grant; a
 // Leave hands on a key granted to the leaver, not one granted to another
-// waiter of its client; nothing is left.
+// waiter of its client; a release or transfer by a grant drops the
+// registration asking for it, granted or not; a release passes over its
+// own client's place; a watch for a grant message wakes for it alone;
+// semaphore slots reserve; nothing is left. A node that asks for no
+// grants (it reserves) skips the test.
 func testGrant(t *testing.T, f Factory) {
 	e := start(t, f)
 	h, ok := e.n.(node.Handoffer)
