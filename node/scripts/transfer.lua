@@ -32,24 +32,25 @@ end
 -- libraries are defined. HLEN, not EXISTS: a user that may not run the
 -- hash commands cannot read the queue, and takes the path below, which
 -- releases.
-if other then
-  -- The holder's lock came by a grant (node.GrantValue) not given here
-  -- yet: as in release.lua, its registration asking for it goes.
-elseif KEYS[2] ~= KEYS[1] .. ":waiters" then
-  redis.pcall("HDEL", KEYS[2], ARGV[4])
-  if redis.pcall("HLEN", KEYS[2]) == 1 then
-    redis.call("DEL", KEYS[2]) -- only the ticket counter is left
+-- (A holder whose lock came by a grant not given here yet, other, goes
+-- below: as in release.lua, its registration asking for it goes.)
+if not other then
+  if KEYS[2] ~= KEYS[1] .. ":waiters" then
+    redis.pcall("HDEL", KEYS[2], ARGV[4])
+    if redis.pcall("HLEN", KEYS[2]) == 1 then
+      redis.call("DEL", KEYS[2]) -- only the ticket counter is left
+    end
+    redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+    return 1
+  elseif redis.pcall("HLEN", KEYS[2]) == 0 then
+    redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+    return 1
   end
-  redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
-  return 1
-elseif redis.pcall("HLEN", KEYS[2]) == 0 then
-  redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
-  return 1
 end
 --[[libraries]]
 if string.sub(ARGV[1], 1, 1) == "~" then
-  -- As in release.lua: the registration asking for the holder's grant
-  -- goes, whatever the key holds here.
+  -- The registration asking for the holder's grant goes, whatever the
+  -- key holds here.
   pcall(queue_forget_grant, KEYS[2], ARGV[4], ARGV[1])
 end
 if other then
