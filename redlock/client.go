@@ -402,10 +402,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// Subscribed before the first attempt, which queues; only
 			// when this call tries the nodes (not while a lock of this
 			// client will hand the key over).
-			grant = c.grantFor(cfg)
-			if w = c.watch(key, true, grant != ""); w == nil {
-				grant = "" // no one would hear it: a reservation lasts a lease at most
-			} else {
+			if w, grant = c.watchWaiting(key, cfg, true); w != nil {
 				d, _ := cfg.retry.Backoff(1)
 				_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt
 			}
@@ -447,12 +444,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				o = c.offer(key, cfg)
 			}
 			if w == nil {
-				if queued && grant == "" {
-					grant = c.grantFor(cfg)
-				}
-				if w = c.watch(key, !cfg.shared, grant != ""); w == nil {
-					grant = "" // no one would hear it: a reservation lasts a lease at most
-				} else {
+				if w, grant = c.watchWaiting(key, cfg, queued); w != nil {
 					err = w.ready(ctx, c, d)
 					if err == nil {
 						continue
@@ -505,6 +497,23 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 // returned): it cannot act later.
 func unsent(err error) bool {
 	return errors.Is(err, node.ErrCircuitOpen) || errors.Is(err, errPrevPending)
+}
+
+// watchWaiting subscribes a waiting Lock call to key's releases (watch;
+// a reader's call to the key's channel only) and returns the grant it
+// asks for (grantFor, for a call that queues): "" without watches, where
+// no one would hear a grant (a reservation lasts a lease at most, a
+// grant a TTL).
+func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, string) {
+	grant := ""
+	if queued {
+		grant = c.grantFor(cfg)
+	}
+	w := c.watch(key, !cfg.shared, grant != "")
+	if w == nil {
+		return nil, ""
+	}
+	return w, grant
 }
 
 // grantFor returns a fresh node.Key.Grant for a Lock call that waits with
