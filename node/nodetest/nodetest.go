@@ -843,15 +843,23 @@ func testFence(t *testing.T, f Factory) {
 	e.do("DEL", fk)
 }
 
-// testHandoff: a waiting acquire registers its owner, a transfer within
-// one client replaces the token in one step, and a waiter of another
-// client turns the transfer into an announced release.
-func testHandoff(t *testing.T, f Factory) {
+// startHandoffer is start for a test of node.Handoffer; it skips the
+// test for a node that is not one.
+func startHandoffer(t *testing.T, f Factory) (*env, node.Handoffer) {
+	t.Helper()
 	e := start(t, f)
 	h, ok := e.n.(node.Handoffer)
 	if !ok {
 		t.Skip("the node is not a node.Handoffer")
 	}
+	return e, h
+}
+
+// testHandoff: a waiting acquire registers its owner, a transfer within
+// one client replaces the token in one step, and a waiter of another
+// client turns the transfer into an announced release.
+func testHandoff(t *testing.T, f Factory) {
+	e, h := startHandoffer(t, f)
 	k := node.Key{Name: "lk:handoff", Token: "tok-1", Owner: "client-a"}
 	wk := node.WaitersKey(k.Name)
 	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
@@ -920,11 +928,7 @@ func testHandoff(t *testing.T, f Factory) {
 // testQueue checks the waiter queue of node.Handoffer: tickets in order,
 // reservations for the head, leases, Leave.
 func testQueue(t *testing.T, f Factory) {
-	e := start(t, f)
-	h, ok := e.n.(node.Handoffer)
-	if !ok {
-		t.Skip("the node is not a node.Handoffer")
-	}
+	e, h := startHandoffer(t, f)
 	name := "lk:queue"
 	wk := node.WaitersKey(name)
 	key := func(tok, owner string, ticket int64) node.Key {
@@ -1007,11 +1011,7 @@ func testQueue(t *testing.T, f Factory) {
 // semaphore slots reserve; nothing is left. A node that asks for no
 // grants (it reserves) skips the test.
 func testGrant(t *testing.T, f Factory) {
-	e := start(t, f)
-	h, ok := e.n.(node.Handoffer)
-	if !ok {
-		t.Skip("the node is not a node.Handoffer")
-	}
+	e, h := startHandoffer(t, f)
 	name := "lk:grant"
 	wk := node.WaitersKey(name)
 	holder := node.Key{Name: name, Token: "tok-a", Owner: "a"}
@@ -1162,11 +1162,7 @@ func testGrant(t *testing.T, f Factory) {
 // on quietly where anyone is queued, and deletes it where no one is;
 // nothing is left.
 func testSharedQueue(t *testing.T, f Factory) {
-	e := start(t, f)
-	h, ok := e.n.(node.Handoffer)
-	if !ok {
-		t.Skip("the node is not a node.Handoffer")
-	}
+	e, h := startHandoffer(t, f)
 	names := []string{"lk:sq:permit:0", "lk:sq:permit:1"}
 	q := "lk:sq:permits:2:line"
 	key := func(i int, tok, owner string, ticket int64) node.Key {
