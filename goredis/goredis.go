@@ -215,7 +215,7 @@ func (n *redisNode) String() string { return "goredis node " + n.addr }
 // redigo node sends a plain SET NX PX GET when holderTTL is off; this one
 // keeps one path: go-redis' own retries and the token guard of run are
 // written for scripts.)
-func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	owner := "" // only a waiting attempt registers (node.Handoffer)
 	if holderTTL {
 		owner = k.Owner
@@ -234,14 +234,14 @@ func (n *redisNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, 
 
 // Extend runs extend.lua: the key lives at least ttl more if it still
 // holds the token, never less than it had.
-func (n *redisNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (n *redisNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
 	return n.status(ctx, "extend", scripts.extend, []string{k.Name}, k.Token, ttl.Milliseconds())
 }
 
 // Release runs release.lua, which hands the key on to the head of its
 // queue and announces it on node.ReleaseChannel(k.Name) when announce is
 // set.
-func (n *redisNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	flag := announceNo
 	if announce {
 		flag = announceYes
@@ -254,7 +254,7 @@ var announceYes, announceNo any = "1", "0"
 
 // AcquireFenced runs acquire_fenced.lua: Acquire that, when it sets the
 // key, raises the key's fence counter in the same step (see node.Fencer).
-func (n *redisNode) AcquireFenced(ctx context.Context, k node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
+func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
 	reply, err := n.run(ctx, "acquire", scripts.acquireFenced, []string{k.Name, node.FenceKey(k.Name)},
 		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds())
 	if err != nil {
@@ -265,13 +265,13 @@ func (n *redisNode) AcquireFenced(ctx context.Context, k node.Key, ttl, counterT
 }
 
 // ConfirmFence runs confirm_fence.lua (see node.Fencer).
-func (n *redisNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
+func (n *redisNode) ConfirmFence(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
 	return n.status(ctx, "confirm", scripts.confirmFence, []string{k.Name, node.FenceKey(k.Name)},
 		k.Token, fence, counterTTL.Milliseconds())
 }
 
 // Transfer runs transfer.lua (see node.Handoffer).
-func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Duration) (node.Result, error) {
+func (n *redisNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
 	return n.status(ctx, "transfer", scripts.transfer, []string{from.Name, from.Waiters()},
 		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 }
@@ -279,13 +279,13 @@ func (n *redisNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Du
 // Leave runs leave.lua: k.Owner out of the key's queue, and a key
 // reserved or granted to it (k.Grant) on to the next head (see
 // node.Handoffer).
-func (n *redisNode) Leave(ctx context.Context, k node.Key) error {
+func (n *redisNode) Leave(ctx context.Context, k *node.Key) error {
 	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, k.Waiters()}, k.Owner, k.Grant)
 	return err
 }
 
 // AcquireShared runs acquire_shared.lua (see node.Sharer).
-func (n *redisNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration, wait bool) (node.Result, error) {
+func (n *redisNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Duration, wait bool) (node.Result, error) {
 	owner := ""
 	if wait {
 		owner = k.Owner
@@ -301,12 +301,12 @@ func (n *redisNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Dura
 }
 
 // ExtendShared runs extend_shared.lua (see node.Sharer).
-func (n *redisNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (n *redisNode) ExtendShared(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
 	return n.status(ctx, "extend", scripts.extendShared, []string{k.Name, node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
 }
 
 // ReleaseShared runs release_shared.lua (see node.Sharer).
-func (n *redisNode) ReleaseShared(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+func (n *redisNode) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	flag := announceNo
 	if announce {
 		flag = announceYes

@@ -105,11 +105,11 @@ func TestGrantOnlyWithoutResends(t *testing.T) {
 		c := client(t, addr, modes[0], func(o *redis.Options) { o.MaxRetries = tc.retries })
 		n := goredis.New(c)
 		holder := node.Key{Name: "k", Token: "tok-a", Owner: "a"}
-		_, err := n.Acquire(ctx, holder, time.Minute, false)
+		_, err := n.Acquire(ctx, &holder, time.Minute, false)
 		require.NoError(t, err)
-		_, err = n.Acquire(ctx, node.Key{Name: "k", Token: "tok-b", Owner: "b", Grant: node.GrantValue("b", "g")}, time.Minute, true)
+		_, err = n.Acquire(ctx, &node.Key{Name: "k", Token: "tok-b", Owner: "b", Grant: node.GrantValue("b", "g")}, time.Minute, true)
 		require.NoError(t, err)
-		_, err = n.Release(ctx, holder, true)
+		_, err = n.Release(ctx, &holder, true)
 		require.NoError(t, err)
 		v, err := admin.Do(ctx, "GET", "k")
 		require.NoError(t, err)
@@ -157,15 +157,15 @@ var ops = []struct {
 	call func(ctx context.Context, n node.Node) error
 }{
 	{"acquire", func(ctx context.Context, n node.Node) error {
-		_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
+		_, err := n.Acquire(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 		return err
 	}},
 	{"extend", func(ctx context.Context, n node.Node) error {
-		_, err := n.Extend(ctx, node.Key{Name: "k", Token: "a"}, time.Minute)
+		_, err := n.Extend(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute)
 		return err
 	}},
 	{"release", func(ctx context.Context, n node.Node) error {
-		_, err := n.Release(ctx, node.Key{Name: "k", Token: "a"}, true)
+		_, err := n.Release(ctx, &node.Key{Name: "k", Token: "a"}, true)
 		return err
 	}},
 	{"inspect", func(ctx context.Context, n node.Node) error {
@@ -173,11 +173,11 @@ var ops = []struct {
 		return err
 	}},
 	{"acquire", func(ctx context.Context, n node.Node) error { // fenced
-		_, err := n.(node.Fencer).AcquireFenced(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, time.Minute)
+		_, err := n.(node.Fencer).AcquireFenced(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, time.Minute)
 		return err
 	}},
 	{"confirm", func(ctx context.Context, n node.Node) error {
-		_, err := n.(node.Fencer).ConfirmFence(ctx, node.Key{Name: "k", Token: "a"}, 1, time.Minute)
+		_, err := n.(node.Fencer).ConfirmFence(ctx, &node.Key{Name: "k", Token: "a"}, 1, time.Minute)
 		return err
 	}},
 }
@@ -270,7 +270,7 @@ func TestDefaultTimeout(t *testing.T) {
 		c := client(t, blackhole(t), m, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second })
 		n := goredis.NewWithOptions(c, goredis.Options{Timeout: 200 * time.Millisecond})
 		start := time.Now()
-		_, err := n.Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute, false)
+		_, err := n.Acquire(context.Background(), &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 		require.ErrorIs(t, err, node.ErrTimeout)
 		assert.Less(t, time.Since(start), 200*time.Millisecond+slack)
 	})
@@ -279,7 +279,7 @@ func TestDefaultTimeout(t *testing.T) {
 	}
 	c := client(t, blackhole(t), modes[1])
 	start := time.Now()
-	_, err := goredis.New(c).Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute, false)
+	_, err := goredis.New(c).Acquire(context.Background(), &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	assert.InDelta(t, goredis.DefaultTimeout, time.Since(start), float64(slack))
 }
@@ -290,11 +290,11 @@ func TestEndedContext(t *testing.T) {
 	n := goredis.New(client(t, addr, modes[1]))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
+	_, err := n.Acquire(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 	require.ErrorIs(t, err, context.Canceled)
 	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	_, err = n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
+	_, err = n.Acquire(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	v, err := admin.Do(context.Background(), "EXISTS", "k")
 	require.NoError(t, err)
@@ -325,19 +325,19 @@ func TestLateReply(t *testing.T) {
 		k := node.Key{Name: "k", Token: "a"}
 		_, err := n.(node.Inspector).Inspect(bg, "k") // a connection, and the scripts loaded
 		require.NoError(t, err)
-		_, err = n.Release(bg, k, false)
+		_, err = n.Release(bg, &k, false)
 		require.NoError(t, err)
-		_, err = n.Acquire(bg, node.Key{Name: "warm", Token: "w"}, time.Minute, false)
+		_, err = n.Acquire(bg, &node.Key{Name: "warm", Token: "w"}, time.Minute, false)
 		require.NoError(t, err)
 		del(t, admin, "warm")
 
 		stalled := stall(t, admin, 300*time.Millisecond)
 		within(t, 100*time.Millisecond, "acquire", func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, k, time.Minute, false)
+			_, err := n.Acquire(ctx, &k, time.Minute, false)
 			return err
 		})
 		require.NoError(t, <-stalled)
-		res, err := n.Release(bg, k, false)
+		res, err := n.Release(bg, &k, false)
 		require.NoError(t, err)
 		assert.Equal(t, node.Done, res.Status, "the late SET applied; its OK is not the release's reply")
 	})
@@ -369,7 +369,7 @@ func TestNoLateSend(t *testing.T) {
 		before := admin.Connections(t)
 		stalled := stall(t, admin, 300*time.Millisecond)
 		within(t, 100*time.Millisecond, "acquire", func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
+			_, err := n.Acquire(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 			return err
 		})
 		require.NoError(t, <-stalled)
@@ -377,7 +377,7 @@ func TestNoLateSend(t *testing.T) {
 		v, err := admin.Do(bg, "EXISTS", "k")
 		require.NoError(t, err)
 		assert.Equal(t, int64(0), v, "the acquire was sent after its call returned")
-		res, err := n.Release(bg, node.Key{Name: "k", Token: "a"}, false)
+		res, err := n.Release(bg, &node.Key{Name: "k", Token: "a"}, false)
 		require.NoError(t, err)
 		assert.Equal(t, node.Absent, res.Status)
 		if !m.bounded {
@@ -396,7 +396,7 @@ func TestNoLateSend(t *testing.T) {
 		long := node.Key{Name: strings.Repeat("k", 40<<10), Token: "a"}
 		stalled = stall(t, admin, 300*time.Millisecond)
 		within(t, 100*time.Millisecond, "acquire", func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, long, time.Minute, false)
+			_, err := n.Acquire(ctx, &long, time.Minute, false)
 			return err
 		})
 		require.NoError(t, <-stalled)
@@ -404,7 +404,7 @@ func TestNoLateSend(t *testing.T) {
 		v, err = admin.Do(bg, "DBSIZE")
 		require.NoError(t, err)
 		assert.Equal(t, int64(0), v, "the acquire was sent after its call returned")
-		res, err = n.Release(bg, long, false)
+		res, err = n.Release(bg, &long, false)
 		require.NoError(t, err)
 		assert.Equal(t, node.Absent, res.Status)
 	})
@@ -427,7 +427,7 @@ func TestAuth(t *testing.T) {
 			c := client(t, addr, m, func(o *redis.Options) { o.Username, o.Password = cred.user, cred.pw })
 			n := goredis.New(c)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
+			_, err := n.Acquire(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 			cancel()
 			require.ErrorIs(t, err, node.ErrAuth, "user %q: %v", cred.user, err)
 			if cred.pw != "" {
@@ -441,10 +441,10 @@ func TestAuth(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		k := node.Key{Name: "k", Token: "a"}
-		res, err := n.Acquire(ctx, k, time.Minute, false)
+		res, err := n.Acquire(ctx, &k, time.Minute, false)
 		require.NoError(t, err)
 		require.Equal(t, node.Done, res.Status)
-		res, err = n.Release(ctx, k, true)
+		res, err = n.Release(ctx, &k, true)
 		require.NoError(t, err)
 		require.Equal(t, node.Done, res.Status)
 	})
@@ -464,7 +464,7 @@ func TestNotRedis(t *testing.T) {
 		n := goredis.New(client(t, addr, m))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err := n.Release(ctx, node.Key{Name: "k", Token: "a"}, true)
+		_, err := n.Release(ctx, &node.Key{Name: "k", Token: "a"}, true)
 		require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 	})
 }
@@ -478,7 +478,7 @@ func TestUnreachable(t *testing.T) {
 	addr := redistest.DeadAddr(t)
 	acquire := func(n node.Node) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
-			_, err := n.Acquire(ctx, node.Key{Name: "k", Token: "a"}, time.Minute, false)
+			_, err := n.Acquire(ctx, &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 			return err
 		}
 	}
@@ -501,7 +501,7 @@ func TestClosedClient(t *testing.T) {
 		c := client(t, addr, m)
 		n := goredis.New(c)
 		require.NoError(t, c.Close())
-		_, err := n.Acquire(context.Background(), node.Key{Name: "k", Token: "a"}, time.Minute, false)
+		_, err := n.Acquire(context.Background(), &node.Key{Name: "k", Token: "a"}, time.Minute, false)
 		require.ErrorIs(t, err, node.ErrClosed, "%v", err)
 	})
 }
@@ -583,10 +583,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				if _, err := n.Acquire(ctx, k, time.Minute, false); err != nil {
+				if _, err := n.Acquire(ctx, &k, time.Minute, false); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := n.Release(ctx, k, false); err != nil {
+				if _, err := n.Release(ctx, &k, false); err != nil {
 					b.Fatal(err)
 				}
 				cancel()

@@ -117,16 +117,16 @@ func TestWatch(t *testing.T) {
 
 		k := node.Key{Name: "k", Token: "t"}
 		for range 2 {
-			_, err := n.Acquire(bg, k, time.Minute, false)
+			_, err := n.Acquire(bg, &k, time.Minute, false)
 			require.NoError(t, err)
-			_, err = n.Release(bg, k, true)
+			_, err = n.Release(bg, &k, true)
 			require.NoError(t, err)
 			released(t, woke, true)
 			released(t, woke2, true)
 		}
-		_, err := n.Acquire(bg, k, time.Minute, false)
+		_, err := n.Acquire(bg, &k, time.Minute, false)
 		require.NoError(t, err)
-		_, err = n.Release(bg, k, false)
+		_, err = n.Release(bg, &k, false)
 		require.NoError(t, err)
 		released(t, woke, false)
 

@@ -25,7 +25,7 @@ func TestSkewEmulation(t *testing.T) {
 	require.NoError(t, err)
 	defer n.Close()
 	fast := &skew.Node{Node: n, Rate: 2}
-	res, err := fast.Acquire(ctx, node.Key{Name: p + "k", Token: "tok"}, time.Second, false)
+	res, err := fast.Acquire(ctx, &node.Key{Name: p + "k", Token: "tok"}, time.Second, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
 	info, err := direct.Inspect(ctx, p+"k")

@@ -35,7 +35,7 @@ func TestFencedAcquireAgainstRedis(t *testing.T) {
 	b := node.Key{Name: "k", Token: "b"}
 
 	before := time.Now().UnixMicro()
-	res, err := r.AcquireFenced(ctx, a, time.Minute, time.Hour)
+	res, err := r.AcquireFenced(ctx, &a, time.Minute, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
 	after := time.Now().UnixMicro()
@@ -48,7 +48,7 @@ func TestFencedAcquireAgainstRedis(t *testing.T) {
 	assert.InDelta(t, time.Hour.Milliseconds(), pttl.(int64), 5000, "the counter's TTL")
 
 	// A refused acquire reports the holder and leaves the counter alone.
-	taken, err := r.AcquireFenced(ctx, b, time.Minute, time.Hour)
+	taken, err := r.AcquireFenced(ctx, &b, time.Minute, time.Hour)
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, taken.Status)
 	assert.Zero(t, taken.Fence)
@@ -58,42 +58,42 @@ func TestFencedAcquireAgainstRedis(t *testing.T) {
 	// A confirm raises the counter under the token, never lowers it, and
 	// does nothing for another token.
 	high := res.Fence + 1_000_000
-	c, err := r.ConfirmFence(ctx, a, high, time.Hour)
+	c, err := r.ConfirmFence(ctx, &a, high, time.Hour)
 	require.NoError(t, err)
 	assert.Equal(t, node.Done, c.Status)
 	assert.Equal(t, high, counter())
-	c, err = r.ConfirmFence(ctx, a, res.Fence, time.Hour)
+	c, err = r.ConfirmFence(ctx, &a, res.Fence, time.Hour)
 	require.NoError(t, err)
 	assert.Equal(t, node.Done, c.Status)
 	assert.Equal(t, high, counter(), "a confirm never lowers the counter")
-	c, err = r.ConfirmFence(ctx, b, high+5, time.Hour)
+	c, err = r.ConfirmFence(ctx, &b, high+5, time.Hour)
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, c.Status)
 	assert.Equal(t, high, counter())
 
 	// The next grant reads the raised counter: high + 1 (the clock is
 	// a second behind it).
-	_, err = r.Release(ctx, a, false)
+	_, err = r.Release(ctx, &a, false)
 	require.NoError(t, err)
-	c, err = r.ConfirmFence(ctx, a, high+5, time.Hour)
+	c, err = r.ConfirmFence(ctx, &a, high+5, time.Hour)
 	require.NoError(t, err)
 	assert.Equal(t, node.Absent, c.Status)
 	_, err = admin.Do(ctx, "SCRIPT", "FLUSH")
 	require.NoError(t, err)
-	res, err = r.AcquireFenced(ctx, b, time.Minute, time.Hour)
+	res, err = r.AcquireFenced(ctx, &b, time.Minute, time.Hour)
 	require.NoError(t, err, "EVAL after NOSCRIPT")
 	require.Equal(t, node.Done, res.Status)
 	assert.Equal(t, high+1, res.Fence)
 
 	// A lost counter starts again from the clock, above what it gave.
-	_, err = r.Release(ctx, b, false)
+	_, err = r.Release(ctx, &b, false)
 	require.NoError(t, err)
 	_, err = admin.Do(ctx, "DEL", node.FenceKey("k"))
 	require.NoError(t, err)
-	res2, err := r.AcquireFenced(ctx, a, time.Minute, time.Hour)
+	res2, err := r.AcquireFenced(ctx, &a, time.Minute, time.Hour)
 	require.NoError(t, err)
 	assert.Greater(t, res2.Fence, after)
-	_, err = r.Release(ctx, a, false)
+	_, err = r.Release(ctx, &a, false)
 	require.NoError(t, err)
 	_, err = admin.Do(ctx, "DEL", node.FenceKey("k"))
 	require.NoError(t, err)

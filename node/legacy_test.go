@@ -36,7 +36,8 @@ func TestAcquireBeforeRedis7(t *testing.T) {
 	})
 	ctx := context.Background()
 	for i := range 2 {
-		res, err := n.Acquire(ctx, node.NewKey("k", fmt.Sprint("tok-", i)), time.Minute, false)
+		k := node.NewKey("k", fmt.Sprint("tok-", i))
+		res, err := n.Acquire(ctx, &k, time.Minute, false)
 		require.NoError(t, err, "acquire %d", i)
 		assert.Equal(t, node.Done, res.Status, "acquire %d", i)
 	}
@@ -139,7 +140,8 @@ func TestReaderAloneTakesAFreeKeyByAPlainSet(t *testing.T) {
 		{"a reader alone on another key", "k4", "tok-4", []string{"SET"}},
 	} {
 		commands()
-		res, err := n.AcquireShared(ctx, node.NewKey(c.key, c.tok), time.Minute, false)
+		k := node.NewKey(c.key, c.tok)
+		res, err := n.AcquireShared(ctx, &k, time.Minute, false)
 		require.NoError(t, err, c.what)
 		assert.Equal(t, node.Done, res.Status, c.what)
 		assert.Equal(t, c.want, commands(), c.what)

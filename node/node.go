@@ -119,7 +119,7 @@ func NewSharedKey(name, token string) Key {
 
 // aloneValue returns the value of the key held by k's reader alone
 // (SharedValue + ":" + Token), as a string and boxed.
-func (k Key) aloneValue() (string, any) {
+func (k *Key) aloneValue() (string, any) {
 	if k.alone == nil {
 		v := SharedValue + ":" + k.Token
 		return v, v
@@ -128,7 +128,7 @@ func (k Key) aloneValue() (string, any) {
 }
 
 // boxedReaders returns ReadersKey(k.Name) as an interface value.
-func (k Key) boxedReaders() any {
+func (k *Key) boxedReaders() any {
 	if k.readers == nil {
 		return ReadersKey(k.Name)
 	}
@@ -148,7 +148,7 @@ func (k Key) InQueue(queue string) Key {
 }
 
 // Waiters returns the key of k's queue: Queue, or WaitersKey(Name).
-func (k Key) Waiters() string {
+func (k *Key) Waiters() string {
 	if k.Queue != "" {
 		return k.Queue
 	}
@@ -158,7 +158,7 @@ func (k Key) Waiters() string {
 // boxedWaiters returns k.Waiters() as an interface value: the one
 // NewKey or InQueue made (a lock's every release sends it to every
 // node), or a new one for a Key written as a literal.
-func (k Key) boxedWaiters() any {
+func (k *Key) boxedWaiters() any {
 	if k.waiters == nil {
 		return k.Waiters()
 	}
@@ -167,7 +167,7 @@ func (k Key) boxedWaiters() any {
 
 // Boxed returns Name and Token as interface values: those NewKey made, or
 // new ones for a Key written as a literal.
-func (k Key) Boxed() (name, token any) {
+func (k *Key) Boxed() (name, token any) {
 	if k.name == nil {
 		return k.Name, k.Token
 	}
@@ -180,7 +180,11 @@ func (k Key) Boxed() (name, token any) {
 //
 // Every method is safe for concurrent use and returns within the deadline
 // of ctx (plus scheduling noise): implementations must bound connection
-// set-up, writing and reading by it. On error the Result's Status is
+// set-up, writing and reading by it. A *Key argument is read only: a method
+// must not change it, nor keep it once it returns (it is passed by
+// pointer because a client calls a node from a goroutine per call, and a
+// Key copied into every frame on the way would outgrow the stack the
+// goroutine starts with). On error the Result's Status is
 // Unknown and the caller cannot know whether the command took effect.
 // Errors should wrap one of this package's kinds (ErrTimeout,
 // ErrUnreachable, ErrAuth, ErrTLS, ErrProtocol, ErrClosed) so that a
@@ -203,12 +207,12 @@ type Node interface {
 	// plain SET): a caller that will wait for the key asks, one that will
 	// not (a first attempt, TryLock) does not. Without it Result.TTL may
 	// be 0 (unknown).
-	Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL bool) (Result, error)
+	Acquire(ctx context.Context, k *Key, ttl time.Duration, holderTTL bool) (Result, error)
 
 	// Extend makes the key live at least ttl more if it still holds
 	// k.Token, never shortening it: Done, Taken (another token) or
 	// Absent. Never shortening keeps a late, stale extend harmless.
-	Extend(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+	Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error)
 
 	// Release deletes the key if it still holds k.Token: Done, Taken or
 	// Absent. With announce, a delete is published on
@@ -219,7 +223,7 @@ type Node interface {
 	// competing clients wake each other in a loop. A Handoffer's
 	// announced release reserves the key for the head of its queue
 	// instead of deleting it, where anyone is queued.
-	Release(ctx context.Context, k Key, announce bool) (Result, error)
+	Release(ctx context.Context, k *Key, announce bool) (Result, error)
 }
 
 // ReleaseChannel is the pub/sub channel on which a release of key is
@@ -388,11 +392,11 @@ type Handoffer interface {
 	// Absent, so that handing over within one client never locks other
 	// clients out (unless from.Queue is set, see above). from and to
 	// have the same Name, Owner and Queue.
-	Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error)
+	Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error)
 	// Leave takes k.Owner out of k.Name's queue, and passes a
 	// reservation for it, or a key that holds k.Grant, on to the next
 	// head: a waiter that gives up leaves nothing behind.
-	Leave(ctx context.Context, k Key) error
+	Leave(ctx context.Context, k *Key) error
 }
 
 // SharedValue is the value of a lock key while readers hold it shared
@@ -430,14 +434,14 @@ type Sharer interface {
 	// plain SET, it does not look at the queue: a live writer queued for
 	// a free key (readers queued before it had their turn, or a
 	// holder's time ran out) does not stop it.
-	AcquireShared(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error)
+	AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error)
 	// ExtendShared makes k.Token's hold last at least ttl more, never
 	// shortening it: Done, Taken (a writer holds the key) or Absent.
-	ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error)
+	ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Result, error)
 	// ReleaseShared ends k.Token's hold: Done, Taken or Absent. The last
 	// reader out frees the key as Release does, with announce: reserved
 	// for the head of its queue or deleted, and announced.
-	ReleaseShared(ctx context.Context, k Key, announce bool) (Result, error)
+	ReleaseShared(ctx context.Context, k *Key, announce bool) (Result, error)
 }
 
 // FenceKey is the key of the fence counter of lock key: key + ":fence".
@@ -461,9 +465,9 @@ type Fencer interface {
 	// AcquireFenced is Acquire that, when it sets the key, also raises
 	// the key's counter as above in the same atomic step and returns
 	// the new value in Result.Fence.
-	AcquireFenced(ctx context.Context, k Key, ttl, counterTTL time.Duration) (Result, error)
+	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)
 	// ConfirmFence raises the key's counter to at least fence while the
 	// key still holds k.Token: Done, or Taken (another token) or Absent,
 	// in which case nothing changed.
-	ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL time.Duration) (Result, error)
+	ConfirmFence(ctx context.Context, k *Key, fence int64, counterTTL time.Duration) (Result, error)
 }

@@ -143,7 +143,7 @@ func acquireSilent(t *testing.T, url string) error {
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	res, err := r.Acquire(ctx, node.Key{Name: "k", Token: "tok"}, time.Second, false)
+	res, err := r.Acquire(ctx, &node.Key{Name: "k", Token: "tok"}, time.Second, false)
 	assert.Equal(t, node.Unknown, res.Status)
 	require.ErrorIs(t, err, node.ErrTimeout)
 	dl, _ := ctx.Deadline()
@@ -179,7 +179,7 @@ func TestTLSRefused(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = r.Acquire(ctx, node.Key{Name: "k", Token: "tok"}, time.Second, false)
+	_, err = r.Acquire(ctx, &node.Key{Name: "k", Token: "tok"}, time.Second, false)
 	require.ErrorIs(t, err, node.ErrTLS, "%v", err)
 	assert.Contains(t, err.Error(), "certificate")
 
@@ -189,7 +189,7 @@ func TestTLSRefused(t *testing.T) {
 	p, err := node.Dial("rediss://"+plain, node.Options{})
 	require.NoError(t, err)
 	defer p.Close()
-	_, err = p.Acquire(ctx, node.Key{Name: "k", Token: "tok"}, time.Second, false)
+	_, err = p.Acquire(ctx, &node.Key{Name: "k", Token: "tok"}, time.Second, false)
 	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 }
 
@@ -201,7 +201,7 @@ func TestNotRedis(t *testing.T) {
 	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer r.Close()
-	_, err = r.Release(context.Background(), node.Key{Name: "k", Token: "tok"}, true)
+	_, err = r.Release(context.Background(), &node.Key{Name: "k", Token: "tok"}, true)
 	require.ErrorIs(t, err, node.ErrProtocol, "%v", err)
 }
 
@@ -213,7 +213,7 @@ func TestUnreachable(t *testing.T) {
 	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer r.Close()
-	_, err = r.Acquire(context.Background(), node.Key{Name: "k", Token: "tok"}, time.Second, false)
+	_, err = r.Acquire(context.Background(), &node.Key{Name: "k", Token: "tok"}, time.Second, false)
 	require.ErrorIs(t, err, node.ErrUnreachable, "%v", err)
 }
 
@@ -221,7 +221,7 @@ func TestClosed(t *testing.T) {
 	r, err := node.Dial("redis://127.0.0.1:1", node.Options{})
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
-	_, err = r.Acquire(context.Background(), node.Key{Name: "k", Token: "tok"}, time.Second, false)
+	_, err = r.Acquire(context.Background(), &node.Key{Name: "k", Token: "tok"}, time.Second, false)
 	require.ErrorIs(t, err, node.ErrClosed)
 }
 

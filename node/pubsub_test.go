@@ -59,16 +59,16 @@ func TestWatchCountsReferences(t *testing.T) {
 
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	_, err = r.Acquire(bg, k, time.Minute, false)
+	_, err = r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
-	_, err = r.Release(bg, k, true)
+	_, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
 	released(t, a, true)
 	released(t, b, true)
 
-	_, err = r.Acquire(bg, k, time.Minute, false)
+	_, err = r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
-	_, err = r.Release(bg, k, false) // a rollback: not announced
+	_, err = r.Release(bg, &k, false) // a rollback: not announced
 	require.NoError(t, err)
 	released(t, a, false)
 
@@ -85,9 +85,9 @@ func TestWatchCountsReferences(t *testing.T) {
 		t.Fatal("a watch on a lingering channel is not ready at once")
 	}
 	assert.Equal(t, 0, r.Lingering())
-	_, err = r.Acquire(bg, k, time.Minute, false)
+	_, err = r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
-	_, err = r.Release(bg, k, true)
+	_, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
 	released(t, a, true) // the lingering subscription was live
 
@@ -95,9 +95,9 @@ func TestWatchCountsReferences(t *testing.T) {
 	wc.Stop()
 	time.Sleep(100 * time.Millisecond)
 	// Any message makes the subscriber sweep: the linger is over.
-	_, err = r.Acquire(bg, k, time.Minute, false)
+	_, err = r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
-	_, err = r.Release(bg, k, true)
+	_, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"unsubscribed after the linger")
@@ -136,9 +136,9 @@ func TestWatchSurvivesAKilledConnection(t *testing.T) {
 		"subscribed again")
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	_, err = r.Acquire(bg, k, time.Minute, false)
+	_, err = r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
-	_, err = r.Release(bg, k, true)
+	_, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
 	released(t, woke, true)
 }
@@ -159,10 +159,10 @@ func TestReleaseWithoutPublishRights(t *testing.T) {
 	defer w.Stop()
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	res, err := r.Acquire(bg, k, time.Minute, false)
+	res, err := r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
-	res, err = r.Release(bg, k, true)
+	res, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
 	assert.Equal(t, node.Done, res.Status)
 	select {
@@ -181,13 +181,14 @@ func TestAcquireReportsTheHoldersTTL(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
-	_, err = r.Acquire(bg, node.Key{Name: "k", Token: "holder"}, 5*time.Second, false)
+	_, err = r.Acquire(bg, &node.Key{Name: "k", Token: "holder"}, 5*time.Second, false)
 	require.NoError(t, err)
-	res, err := r.Acquire(bg, node.Key{Name: "k", Token: "me"}, time.Minute, true)
+	res, err := r.Acquire(bg, &node.Key{Name: "k", Token: "me"}, time.Minute, true)
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, res.Status)
 	assert.InDelta(t, 5*time.Second, res.TTL, float64(time.Second))
-	res, err = r.Acquire(bg, node.NewKey("k", "me"), time.Minute, false)
+	k := node.NewKey("k", "me")
+	res, err = r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
 	assert.Equal(t, node.Result{Status: node.Taken}, res, "SET NX GET: taken, TTL unknown")
 }

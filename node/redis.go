@@ -274,7 +274,7 @@ func (r *Redis) Close() error {
 // "set", "ours already" and "someone else's" apart (ParseSet). With
 // holderTTL it runs acquire.lua instead, which also returns the holder's
 // PTTL; so does a node older than Redis 7.0, which refuses NX with GET.
-func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL bool) (Result, error) {
+func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration, holderTTL bool) (Result, error) {
 	if holderTTL || r.noSetGet.Load() {
 		return r.acquireScript(ctx, k, ttl, holderTTL)
 	}
@@ -294,7 +294,7 @@ func (r *Redis) Acquire(ctx context.Context, k Key, ttl time.Duration, holderTTL
 
 // acquireScript is Acquire by acquire.lua; wait registers k.Owner as a
 // waiter when the key is taken.
-func (r *Redis) acquireScript(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error) {
+func (r *Redis) acquireScript(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error) {
 	owner := ""
 	if wait {
 		owner = k.Owner
@@ -361,13 +361,13 @@ type boxedMS struct {
 }
 
 // Extend runs extend.lua.
-func (r *Redis) Extend(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
+func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
 	return r.script(ctx, "extend", extendScript, k, r.ms(ttl))
 }
 
 // Release runs release.lua, which publishes the delete when announce is
 // set.
-func (r *Redis) Release(ctx context.Context, k Key, announce bool) (Result, error) {
+func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, error) {
 	flag := announceNo
 	if announce {
 		flag = announceYes
@@ -386,7 +386,7 @@ var announceYes, announceNo any = "1", "0"
 
 // AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
 // was set, the fence counter raised in the same step (see Fencer).
-func (r *Redis) AcquireFenced(ctx context.Context, k Key, ttl, counterTTL time.Duration) (Result, error) {
+func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error) {
 	reply, err := r.evalKeys(ctx, "acquire", acquireFencedScript, 2, k.Name, FenceKey(k.Name), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds())
 	if err != nil {
 		return Result{}, err
@@ -396,7 +396,7 @@ func (r *Redis) AcquireFenced(ctx context.Context, k Key, ttl, counterTTL time.D
 }
 
 // ConfirmFence runs confirm_fence.lua (see Fencer).
-func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL time.Duration) (Result, error) {
+func (r *Redis) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTTL time.Duration) (Result, error) {
 	reply, err := r.evalKeys(ctx, "confirm", confirmFenceScript, 2, k.Name, FenceKey(k.Name), k.Token, fence, counterTTL.Milliseconds())
 	if err != nil {
 		return Result{}, err
@@ -406,7 +406,7 @@ func (r *Redis) ConfirmFence(ctx context.Context, k Key, fence int64, counterTTL
 }
 
 // Transfer runs transfer.lua (see Handoffer).
-func (r *Redis) Transfer(ctx context.Context, from, to Key, ttl time.Duration) (Result, error) {
+func (r *Redis) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error) {
 	reply, err := r.evalKeys(ctx, "transfer", transferScript, 2, from.Name, from.Waiters(), from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 	if err != nil {
 		return Result{}, err
@@ -416,14 +416,14 @@ func (r *Redis) Transfer(ctx context.Context, from, to Key, ttl time.Duration) (
 }
 
 // Leave removes k.Owner from the key's waiters (see Handoffer).
-func (r *Redis) Leave(ctx context.Context, k Key) error {
+func (r *Redis) Leave(ctx context.Context, k *Key) error {
 	_, err := r.evalKeys(ctx, "leave", leaveScript, 2, k.Name, k.Waiters(), k.Owner, k.Grant)
 	return err
 }
 
 // AcquireShared runs acquire_shared.lua (see Sharer); a first try (not
 // wait) runs acquireAlone, and the script only when readers hold the key.
-func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wait bool) (Result, error) {
+func (r *Redis) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error) {
 	if !wait && !r.noSetGet.Load() && !r.readersLikely(k.Name) {
 		res, readers, err := r.acquireAlone(ctx, k, ttl)
 		if !readers {
@@ -452,7 +452,7 @@ func (r *Redis) AcquireShared(ctx context.Context, k Key, ttl time.Duration, wai
 // readers queued before it are having their turn, or a holder's time ran
 // out) one reader may come in ahead of the writer, as a writer may (see
 // docs/DESIGN.md, "A reader alone is held in the value").
-func (r *Redis) acquireAlone(ctx context.Context, k Key, ttl time.Duration) (res Result, readers bool, err error) {
+func (r *Redis) acquireAlone(ctx context.Context, k *Key, ttl time.Duration) (res Result, readers bool, err error) {
 	name, _ := k.Boxed()
 	mine, boxed := k.aloneValue()
 	reply, err := r.call(ctx, "acquire", nil, "SET", []any{name, boxed, "NX", "PX", r.ms(ttl), "GET"})
@@ -495,7 +495,7 @@ func (r *Redis) readersLikely(name string) bool {
 }
 
 // ExtendShared runs extend_shared.lua (see Sharer).
-func (r *Redis) ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Result, error) {
+func (r *Redis) ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, "extend", extendSharedScript, "EVALSHA",
 		[]any{extendSharedScript.hash, 2, name, k.boxedReaders(), token, r.ms(ttl)})
@@ -507,7 +507,7 @@ func (r *Redis) ExtendShared(ctx context.Context, k Key, ttl time.Duration) (Res
 }
 
 // ReleaseShared runs release_shared.lua (see Sharer).
-func (r *Redis) ReleaseShared(ctx context.Context, k Key, announce bool) (Result, error) {
+func (r *Redis) ReleaseShared(ctx context.Context, k *Key, announce bool) (Result, error) {
 	flag := announceNo
 	if announce {
 		flag = announceYes
@@ -535,7 +535,7 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 // script runs s on k with arg and maps its reply (1, 0, -1) to a Status.
 // It is eval and ParseStatus in one frame: Release runs it on the path
 // every lock takes (see call).
-func (r *Redis) script(ctx context.Context, op string, s *script, k Key, arg any) (Result, error) {
+func (r *Redis) script(ctx context.Context, op string, s *script, k *Key, arg any) (Result, error) {
 	name, token := k.Boxed()
 	reply, err := r.call(ctx, op, s, "EVALSHA", []any{s.hash, 1, name, token, arg})
 	if err != nil {

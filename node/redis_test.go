@@ -32,7 +32,7 @@ func TestNoScriptFallbackKeepsItsConnection(t *testing.T) {
 	defer r.Close()
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "tok"}
-	res, err := r.Acquire(bg, k, time.Minute, false)
+	res, err := r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
 	_, err = admin.Do(bg, "SCRIPT", "FLUSH")
@@ -50,7 +50,7 @@ func TestNoScriptFallbackKeepsItsConnection(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(bg, 600*time.Millisecond)
 		defer cancel()
-		res, err := r.Release(ctx, k, true) // takes the only connection
+		res, err := r.Release(ctx, &k, true) // takes the only connection
 		released <- result{res.Status, err}
 	}()
 	time.Sleep(50 * time.Millisecond)
@@ -99,7 +99,7 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 	require.NoError(t, err)
 	// And the acquire script in the node's cache, so that the stalled
 	// EVALSHA below applies late rather than answering NOSCRIPT.
-	_, err = r.Acquire(bg, node.Key{Name: "warm-up", Token: "w"}, time.Minute, false)
+	_, err = r.Acquire(bg, &node.Key{Name: "warm-up", Token: "w"}, time.Minute, false)
 	require.NoError(t, err)
 	before := admin.Connections(t)
 
@@ -108,7 +108,7 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 	k := node.Key{Name: "k", Token: "tok"}
 	stalled := stall(t, admin, 350*time.Millisecond)
 	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
-	res, err := r.Acquire(ctx, k, time.Minute, false)
+	res, err := r.Acquire(ctx, &k, time.Minute, false)
 	cancel()
 	require.ErrorIs(t, err, node.ErrTimeout)
 	assert.Equal(t, node.Unknown, res.Status)
@@ -123,7 +123,7 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 
 	// The SET applied late; its "OK" must not be taken for the release's
 	// reply.
-	res, err = r.Release(bg, k, true)
+	res, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
 	assert.Equal(t, node.Done, res.Status)
 	assert.Equal(t, before, admin.Connections(t), "new connections")

@@ -196,7 +196,7 @@ func (f *fakeNode) count(op string) int {
 func (f *fakeNode) Addr() string { return f.addr }
 func (f *fakeNode) Close() error { return nil }
 
-func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+func (f *fakeNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "acquire"); err != nil {
 		return node.Result{}, err
@@ -219,7 +219,7 @@ func (f *fakeNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, h
 	return node.Result{Status: node.Done}, nil
 }
 
-func (f *fakeNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "extend"); err != nil {
 		return node.Result{}, err
@@ -246,7 +246,7 @@ func (f *fakeNode) Extend(ctx context.Context, k node.Key, ttl time.Duration) (n
 	return node.Result{Status: node.Done}, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+func (f *fakeNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "release"); err != nil {
 		return node.Result{}, err
@@ -270,7 +270,7 @@ func (f *fakeNode) Release(ctx context.Context, k node.Key, announce bool) (node
 // AcquireFenced is acquire_fenced.lua on the fake: the counter becomes
 // max(counter+1, the fake clock in µs). (Counter expiry is not modelled:
 // restart drops counters, which is what an expiry amounts to.)
-func (f *fakeNode) AcquireFenced(ctx context.Context, k node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
+func (f *fakeNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
 	if err := f.hook(ctx, "acquire"); err != nil {
 		return node.Result{}, err
 	}
@@ -287,7 +287,7 @@ func (f *fakeNode) AcquireFenced(ctx context.Context, k node.Key, ttl, counterTT
 }
 
 // ConfirmFence is confirm_fence.lua on the fake.
-func (f *fakeNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
+func (f *fakeNode) ConfirmFence(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
 	if err := f.hook(ctx, "confirm"); err != nil {
 		return node.Result{}, err
 	}
@@ -305,7 +305,7 @@ func (f *fakeNode) ConfirmFence(ctx context.Context, k node.Key, fence int64, co
 }
 
 // AcquireShared is acquire_shared.lua on the fake, without the queue.
-func (f *fakeNode) AcquireShared(ctx context.Context, k node.Key, ttl time.Duration, _ bool) (node.Result, error) {
+func (f *fakeNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Duration, _ bool) (node.Result, error) {
 	if err := f.hook(ctx, "acquire"); err != nil {
 		return node.Result{}, err
 	}
@@ -338,7 +338,7 @@ func (f *fakeNode) notShared(key string) (node.Result, bool) {
 }
 
 // ExtendShared is extend_shared.lua on the fake.
-func (f *fakeNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (f *fakeNode) ExtendShared(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
 	if err := f.hook(ctx, "extend"); err != nil {
 		return node.Result{}, err
 	}
@@ -360,7 +360,7 @@ func (f *fakeNode) ExtendShared(ctx context.Context, k node.Key, ttl time.Durati
 }
 
 // ReleaseShared is release_shared.lua on the fake, without the queue.
-func (f *fakeNode) ReleaseShared(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+func (f *fakeNode) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	if err := f.hook(ctx, "release"); err != nil {
 		return node.Result{}, err
 	}

@@ -142,9 +142,9 @@ func (c *Client) finishReleases(i int) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 		var err error
 		if r.ch.shared {
-			_, err = nd.(node.Sharer).ReleaseShared(ctx, r.k, r.announce)
+			_, err = nd.(node.Sharer).ReleaseShared(ctx, &r.k, r.announce)
 		} else {
-			_, err = nd.Release(ctx, r.k, r.announce)
+			_, err = nd.Release(ctx, &r.k, r.announce)
 		}
 		cancel()
 		if ok {

@@ -300,7 +300,7 @@ func (c *Client) leaveWaiters(key, queue, grant string, shared bool, l *Lock) {
 				return
 			}
 			start := c.clk.Now()
-			err := n.(node.Handoffer).Leave(ctx, k)
+			err := n.(node.Handoffer).Leave(ctx, &k)
 			c.record(i, gen, err)
 			c.callDone(i, "leave", c.clk.Since(start), err)
 		}()

@@ -91,7 +91,7 @@ func (n *handoffNode) handOn(key, q, skip string, quiet bool) {
 	}
 }
 
-func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+func (n *handoffNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	if !holderTTL || k.Owner == "" {
 		return n.fakeNode.Acquire(ctx, k, ttl, holderTTL)
 	}
@@ -143,7 +143,7 @@ func (n *handoffNode) Acquire(ctx context.Context, k node.Key, ttl time.Duration
 	return node.Result{Status: node.Taken, TTL: e.until.Sub(now), Ticket: ticket}, nil
 }
 
-func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (node.Result, error) {
+func (n *handoffNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	if !announce && k.Queue == "" {
 		return n.fakeNode.Release(ctx, k, announce)
 	}
@@ -170,7 +170,7 @@ func (n *handoffNode) Release(ctx context.Context, k node.Key, announce bool) (n
 	return node.Result{Status: node.Done}, nil
 }
 
-func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.Duration) (node.Result, error) {
+func (n *handoffNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
 	if err := n.hook(ctx, "transfer"); err != nil {
 		return node.Result{}, err
 	}
@@ -198,7 +198,7 @@ func (n *handoffNode) Transfer(ctx context.Context, from, to node.Key, ttl time.
 	return node.Result{Status: node.Done}, nil
 }
 
-func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
+func (n *handoffNode) Leave(ctx context.Context, k *node.Key) error {
 	if err := n.hook(ctx, "leave"); err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func (n *handoffNode) Leave(ctx context.Context, k node.Key) error {
 // forgetGrant drops k.Owner's registration where it asks for k.Token as
 // its grant: the lock held by that grant is done with the node, granted
 // here or not (release.lua, transfer.lua). Under hmu and mu.
-func (n *handoffNode) forgetGrant(k node.Key) {
+func (n *handoffNode) forgetGrant(k *node.Key) {
 	q := k.Waiters()
 	if w, ok := n.waiters[q][k.Owner]; ok && w.grant != "" && w.grant == k.Token {
 		delete(n.waiters[q], k.Owner)

@@ -512,7 +512,7 @@ func TestNamedWakeWaitsForAMajority(t *testing.T) {
 	// the waiter there, and node 0 announces it.
 	timers := clk.Waiters()
 	before := attempts()
-	_, err = nodes[0].Release(ctx, node.Key{Name: "k", Token: first.Token()}, true)
+	_, err = nodes[0].Release(ctx, &node.Key{Name: "k", Token: first.Token()}, true)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return clk.Waiters() > timers }, 5*time.Second, time.Millisecond,
 		"one announcement starts the grace timer")
@@ -535,7 +535,7 @@ func TestNamedWakeWaitsForAMajority(t *testing.T) {
 	// waiter takes the lock without its retry delay (an hour).
 	before = attempts()
 	for _, nd := range nodes[1:] {
-		_, err = nd.Release(ctx, node.Key{Name: "k", Token: first.Token()}, true)
+		_, err = nd.Release(ctx, &node.Key{Name: "k", Token: first.Token()}, true)
 		require.NoError(t, err)
 	}
 	r := receiveLock(t, ra)
@@ -643,7 +643,7 @@ func TestGrantedWaiterThatGivesUpHandsItOn(t *testing.T) {
 	defer cancel()
 	fakes, nodes, _, first, ra := grantSetup(t, ctx, nil)
 	// Only node 0 gets the release: one grant, no majority.
-	_, err := nodes[0].Release(context.Background(), node.Key{Name: "k", Token: first.Token()}, true)
+	_, err := nodes[0].Release(context.Background(), &node.Key{Name: "k", Token: first.Token()}, true)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(fakes[0].token("k"), "~"), "node 0 granted the waiter the key")
 	cancel()

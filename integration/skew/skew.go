@@ -47,12 +47,12 @@ func (n *Node) scale(ttl time.Duration) time.Duration {
 }
 
 // Acquire sets the key with the scaled TTL.
-func (n *Node) Acquire(ctx context.Context, k node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+func (n *Node) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	return n.Node.Acquire(ctx, k, n.scale(ttl), holderTTL)
 }
 
 // Extend re-sets the key's TTL, scaled.
-func (n *Node) Extend(ctx context.Context, k node.Key, ttl time.Duration) (node.Result, error) {
+func (n *Node) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
 	return n.Node.Extend(ctx, k, n.scale(ttl))
 }
 
@@ -111,16 +111,16 @@ func (c Cut) fail(op string) error {
 func (c Cut) Addr() string { return c.Address }
 
 // Acquire fails.
-func (c Cut) Acquire(context.Context, node.Key, time.Duration, bool) (node.Result, error) {
+func (c Cut) Acquire(context.Context, *node.Key, time.Duration, bool) (node.Result, error) {
 	return node.Result{}, c.fail("acquire")
 }
 
 // Extend fails.
-func (c Cut) Extend(context.Context, node.Key, time.Duration) (node.Result, error) {
+func (c Cut) Extend(context.Context, *node.Key, time.Duration) (node.Result, error) {
 	return node.Result{}, c.fail("extend")
 }
 
 // Release fails.
-func (c Cut) Release(context.Context, node.Key, bool) (node.Result, error) {
+func (c Cut) Release(context.Context, *node.Key, bool) (node.Result, error) {
 	return node.Result{}, c.fail("release")
 }

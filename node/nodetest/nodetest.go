@@ -212,14 +212,14 @@ func (e *env) result(res node.Result, err error, want node.Status, what string) 
 func testAcquire(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:acquire", Token: "tok-1"}
-	res := e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second, false))(node.Done, "acquire of a free key")
+	res := e.resultOf(e.n.Acquire(e.ctx, &k, 10*time.Second, false))(node.Done, "acquire of a free key")
 	assert.Equal(t, node.Result{Status: node.Done}, res, "a plain acquire reports no TTL and no fence")
 	assert.Equal(t, "tok-1", e.get(k.Name))
 	assert.InDelta(t, 10*time.Second, e.pttl(k.Name), float64(time.Second), "the key lives the TTL")
 
-	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, false))(node.Taken, "acquire of a held key")
+	res = e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, false))(node.Taken, "acquire of a held key")
 	assert.LessOrEqual(t, res.TTL, 10*time.Second, "a refused plain acquire reports the holder's TTL or 0")
-	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, true))(node.Taken, "acquire of a held key, asking for its TTL")
+	res = e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, true))(node.Taken, "acquire of a held key, asking for its TTL")
 	assert.Greater(t, res.TTL, time.Duration(0), "a refused acquire asked for it reports the holder's TTL")
 	assert.LessOrEqual(t, res.TTL, 10*time.Second)
 	assert.Equal(t, "tok-1", e.get(k.Name), "a refused acquire changes nothing")
@@ -227,13 +227,13 @@ func testAcquire(t *testing.T, f Factory) {
 	// The same command twice, as a client that retries after a lost
 	// reply sends it: Done, in both forms.
 	for _, holderTTL := range []bool{false, true} {
-		e.resultOf(e.n.Acquire(e.ctx, k, 10*time.Second, holderTTL))(node.Done, fmt.Sprintf("a repeated acquire of one's own key (holderTTL %v)", holderTTL))
+		e.resultOf(e.n.Acquire(e.ctx, &k, 10*time.Second, holderTTL))(node.Done, fmt.Sprintf("a repeated acquire of one's own key (holderTTL %v)", holderTTL))
 		assert.Equal(t, "tok-1", e.get(k.Name))
 		assert.Greater(t, e.pttl(k.Name), time.Duration(0), "the key still expires")
 	}
 
 	e.do("SET", "lk:forever", "someone")
-	res = e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:forever", Token: "tok"}, time.Second, true))(node.Taken, "acquire of a key without expiry")
+	res = e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: "lk:forever", Token: "tok"}, time.Second, true))(node.Taken, "acquire of a key without expiry")
 	assert.Zero(t, res.TTL, "a holder without expiry: TTL unknown")
 	e.do("DEL", k.Name, "lk:forever")
 }
@@ -249,17 +249,17 @@ func (e *env) resultOf(res node.Result, err error) func(node.Status, string) nod
 func testExtend(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:extend", Token: "tok-1"}
-	e.resultOf(e.n.Acquire(e.ctx, k, 2*time.Second, false))(node.Done, "acquire")
-	e.resultOf(e.n.Extend(e.ctx, k, 30*time.Second))(node.Done, "extend of one's own key")
+	e.resultOf(e.n.Acquire(e.ctx, &k, 2*time.Second, false))(node.Done, "acquire")
+	e.resultOf(e.n.Extend(e.ctx, &k, 30*time.Second))(node.Done, "extend of one's own key")
 	assert.Greater(t, e.pttl(k.Name), 20*time.Second, "extend lengthens the TTL")
-	e.resultOf(e.n.Extend(e.ctx, k, time.Second))(node.Done, "a shorter extend")
+	e.resultOf(e.n.Extend(e.ctx, &k, time.Second))(node.Done, "a shorter extend")
 	assert.Greater(t, e.pttl(k.Name), 20*time.Second, "an extend never shortens the key")
 
-	e.resultOf(e.n.Extend(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Hour))(node.Taken, "extend with another token")
+	e.resultOf(e.n.Extend(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, time.Hour))(node.Taken, "extend with another token")
 	assert.Less(t, e.pttl(k.Name), 31*time.Second, "an extend with another token changes nothing")
 	assert.Equal(t, "tok-1", e.get(k.Name))
 
-	e.resultOf(e.n.Extend(e.ctx, node.Key{Name: "lk:none", Token: "tok-1"}, time.Minute))(node.Absent, "extend of an absent key")
+	e.resultOf(e.n.Extend(e.ctx, &node.Key{Name: "lk:none", Token: "tok-1"}, time.Minute))(node.Absent, "extend of an absent key")
 	assert.Equal(t, int64(0), e.do("EXISTS", "lk:none"), "an extend does not create a key")
 	e.do("DEL", k.Name)
 }
@@ -267,8 +267,8 @@ func testExtend(t *testing.T, f Factory) {
 func testRelease(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:release", Token: "tok-1"}
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
-	e.resultOf(e.n.Release(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, true))(node.Taken, "release with another token")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, true))(node.Taken, "release with another token")
 	assert.Equal(t, "tok-1", e.get(k.Name), "a release with another token deletes nothing")
 
 	// The announce flag reaches the script: a subscriber of the release
@@ -276,16 +276,16 @@ func testRelease(t *testing.T, f Factory) {
 	sub := redistest.Dial(t, "redis://"+e.addr)
 	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(k.Name))
 	require.NoError(t, err)
-	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "a silent release")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
 	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire again")
-	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire again")
+	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release")
 	msg := receive(t, sub, 5*time.Second)
 	require.NotNil(t, msg, "an announced release is published")
 	assert.Equal(t, node.ReleaseChannel(k.Name), string(msg[1].([]byte)), "published on the release channel")
 	assert.Nil(t, receive(t, sub, 300*time.Millisecond), "only the announced release was published")
 
-	e.resultOf(e.n.Release(e.ctx, k, true))(node.Absent, "release of an absent key")
+	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Absent, "release of an absent key")
 }
 
 // subscribe returns a connection subscribed to the release channel of
@@ -324,7 +324,7 @@ func testInspect(t *testing.T, f Factory) {
 	info, err := in.Inspect(e.ctx, "lk:inspect")
 	require.NoError(t, err)
 	assert.Equal(t, node.Info{}, info, "an absent key")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:inspect", Token: "tok-1"}, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: "lk:inspect", Token: "tok-1"}, time.Minute, false))(node.Done, "acquire")
 	info, err = in.Inspect(e.ctx, "lk:inspect")
 	require.NoError(t, err)
 	assert.Equal(t, "tok-1", info.Token)
@@ -342,11 +342,11 @@ func testBinarySafe(t *testing.T, f Factory) {
 		{Name: "lk:with space\r\n*3", Token: "tok\x00en"},
 		{Name: "lk:ключ-\xff\xfe", Token: "токен \"quoted\" 'x'"},
 	} {
-		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, fmt.Sprintf("acquire %q", k.Name))
+		e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, fmt.Sprintf("acquire %q", k.Name))
 		assert.Equal(t, k.Token, e.get(k.Name), "the token is stored byte for byte")
-		e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: k.Name, Token: k.Token + "x"}, time.Minute, false))(node.Taken, "another token")
-		e.resultOf(e.n.Extend(e.ctx, k, 2*time.Minute))(node.Done, "extend")
-		e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
+		e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: k.Name, Token: k.Token + "x"}, time.Minute, false))(node.Taken, "another token")
+		e.resultOf(e.n.Extend(e.ctx, &k, 2*time.Minute))(node.Done, "extend")
+		e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "release")
 	}
 }
 
@@ -362,7 +362,7 @@ func testConcurrent(t *testing.T, f Factory) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			results[i], errs[i] = e.n.Acquire(ctx, node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", i)}, time.Minute, false)
+			results[i], errs[i] = e.n.Acquire(ctx, &node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", i)}, time.Minute, false)
 		}()
 	}
 	wg.Wait()
@@ -378,7 +378,7 @@ func testConcurrent(t *testing.T, f Factory) {
 	}
 	require.NotEqual(t, -1, winner, "one concurrent acquire is granted")
 	assert.Equal(t, fmt.Sprint("tok-", winner), e.get("lk:race"))
-	e.resultOf(e.n.Release(e.ctx, node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", winner)}, false))(node.Done, "release")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: "lk:race", Token: fmt.Sprint("tok-", winner)}, false))(node.Done, "release")
 }
 
 func testNoScript(t *testing.T, f Factory) {
@@ -386,9 +386,9 @@ func testNoScript(t *testing.T, f Factory) {
 	k := node.Key{Name: "lk:noscript", Token: "tok-1"}
 	flush := func() { e.t.Helper(); e.do("SCRIPT", "FLUSH") }
 	flush()
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire after SCRIPT FLUSH")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire after SCRIPT FLUSH")
 	flush()
-	e.resultOf(e.n.Extend(e.ctx, k, time.Minute))(node.Done, "extend after SCRIPT FLUSH")
+	e.resultOf(e.n.Extend(e.ctx, &k, time.Minute))(node.Done, "extend after SCRIPT FLUSH")
 	if in, ok := e.n.(node.Inspector); ok {
 		flush()
 		info, err := in.Inspect(e.ctx, k.Name)
@@ -396,13 +396,13 @@ func testNoScript(t *testing.T, f Factory) {
 		assert.Equal(t, k.Token, info.Token)
 	}
 	flush()
-	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release after SCRIPT FLUSH")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release after SCRIPT FLUSH")
 	if fe, ok := e.n.(node.Fencer); ok {
 		flush()
-		res := e.resultOf(fe.AcquireFenced(e.ctx, k, time.Minute, time.Hour))(node.Done, "fenced acquire after SCRIPT FLUSH")
+		res := e.resultOf(fe.AcquireFenced(e.ctx, &k, time.Minute, time.Hour))(node.Done, "fenced acquire after SCRIPT FLUSH")
 		flush()
-		e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence, time.Hour))(node.Done, "confirm after SCRIPT FLUSH")
-		e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release")
+		e.resultOf(fe.ConfirmFence(e.ctx, &k, res.Fence, time.Hour))(node.Done, "confirm after SCRIPT FLUSH")
+		e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release")
 		e.do("DEL", node.FenceKey(k.Name))
 	}
 }
@@ -412,19 +412,19 @@ func testNoScript(t *testing.T, f Factory) {
 func calls(n node.Node) map[string]func(context.Context) error {
 	k := deadlineKey
 	m := map[string]func(context.Context) error{
-		"acquire": func(ctx context.Context) error { _, err := n.Acquire(ctx, k, time.Minute, false); return err },
-		"extend":  func(ctx context.Context) error { _, err := n.Extend(ctx, k, time.Minute); return err },
-		"release": func(ctx context.Context) error { _, err := n.Release(ctx, k, true); return err },
+		"acquire": func(ctx context.Context) error { _, err := n.Acquire(ctx, &k, time.Minute, false); return err },
+		"extend":  func(ctx context.Context) error { _, err := n.Extend(ctx, &k, time.Minute); return err },
+		"release": func(ctx context.Context) error { _, err := n.Release(ctx, &k, true); return err },
 	}
 	if in, ok := n.(node.Inspector); ok {
 		m["inspect"] = func(ctx context.Context) error { _, err := in.Inspect(ctx, k.Name); return err }
 	}
 	if fe, ok := n.(node.Fencer); ok {
 		m["acquire fenced"] = func(ctx context.Context) error {
-			_, err := fe.AcquireFenced(ctx, k, time.Minute, time.Hour)
+			_, err := fe.AcquireFenced(ctx, &k, time.Minute, time.Hour)
 			return err
 		}
-		m["confirm fence"] = func(ctx context.Context) error { _, err := fe.ConfirmFence(ctx, k, 1, time.Hour); return err }
+		m["confirm fence"] = func(ctx context.Context) error { _, err := fe.ConfirmFence(ctx, &k, 1, time.Hour); return err }
 	}
 	return m
 }
@@ -482,7 +482,7 @@ func testBlackhole(t *testing.T, f Factory) {
 func testStalled(t *testing.T, f Factory) {
 	e := start(t, f)
 	k := node.Key{Name: "lk:stalled", Token: "tok-1"}
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, time.Minute, false))(node.Done, "warm-up")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: "lk:warm", Token: "w"}, time.Minute, false))(node.Done, "warm-up")
 	stalled := make(chan error, 1)
 	go func() {
 		_, err := e.admin.Do(context.Background(), "DEBUG", "SLEEP", "0.6")
@@ -490,16 +490,16 @@ func testStalled(t *testing.T, f Factory) {
 	}()
 	time.Sleep(100 * time.Millisecond) // the server is asleep
 	bounded(t, "acquire on a stalled server", 150*time.Millisecond, func(ctx context.Context) error {
-		_, err := e.n.Acquire(ctx, k, time.Minute, false)
+		_, err := e.n.Acquire(ctx, &k, time.Minute, false)
 		return err
 	})
 	require.NoError(t, <-stalled)
 	// The acquire applied late; whatever connection the release uses,
 	// its answer must be its own: Done (the late SET), not the SET's OK
 	// read as something else, nor an error.
-	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release after a late acquire")
-	e.resultOf(e.n.Release(e.ctx, node.Key{Name: "lk:warm", Token: "w"}, false))(node.Done, "release warm-up")
-	e.resultOf(e.n.Release(e.ctx, k, false))(node.Absent, "release again")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release after a late acquire")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: "lk:warm", Token: "w"}, false))(node.Done, "release warm-up")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Absent, "release again")
 }
 
 // testNoLateSend: a call's command reaches the server before the call
@@ -544,9 +544,9 @@ func testNoLateSend(t *testing.T, f Factory) {
 	p := newHoldProxy(t, e.addr, "lk:nolate")
 	n := newNode(t, f, Server{Addr: p.addr, Timeout: timeout})
 	warm := node.Key{Name: "lk:warm", Token: "w"}
-	e.resultOf(n.Acquire(e.ctx, warm, time.Minute, false))(node.Done, "warm-up")
+	e.resultOf(n.Acquire(e.ctx, &warm, time.Minute, false))(node.Done, "warm-up")
 	check("acquire, pooled connection", p, func(ctx context.Context) error {
-		_, err := n.Acquire(ctx, node.Key{Name: "lk:nolate", Token: "tok"}, time.Minute, false)
+		_, err := n.Acquire(ctx, &node.Key{Name: "lk:nolate", Token: "tok"}, time.Minute, false)
 		return err
 	})
 	// What was sent in time applied: the server was slow, not stopped.
@@ -657,7 +657,7 @@ func testNotRedis(t *testing.T, f Factory) {
 	n := newNode(t, f, Server{Addr: addr, Timeout: timeout})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	res, err := n.Acquire(ctx, node.Key{Name: "lk:http", Token: "tok"}, time.Minute, false)
+	res, err := n.Acquire(ctx, &node.Key{Name: "lk:http", Token: "tok"}, time.Minute, false)
 	assert.Equal(t, node.Unknown, res.Status)
 	require.ErrorIs(t, err, node.ErrProtocol)
 }
@@ -690,7 +690,7 @@ func testAuth(t *testing.T, f Factory) {
 		what := fmt.Sprintf("user %q, password given: %v", s.Username, s.Password != "")
 		n := newNode(t, f, s)
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := n.Acquire(c, k, time.Minute, false)
+		_, err := n.Acquire(c, &k, time.Minute, false)
 		cancel()
 		require.ErrorIs(t, err, node.ErrAuth, what)
 		var ne *node.Error
@@ -700,11 +700,11 @@ func testAuth(t *testing.T, f Factory) {
 	for _, s := range []Server{{Addr: addr, Password: password}, {Addr: addr, Username: "locker", Password: password + "-u"}} {
 		s.Timeout = timeout
 		n := newNode(t, f, s)
-		res, err := n.Acquire(ctx, k, time.Minute, false)
+		res, err := n.Acquire(ctx, &k, time.Minute, false)
 		require.NoError(t, err, "user %q", s.Username)
 		require.Equal(t, node.Done, res.Status)
 		noSecret(t, "a working node", n.Addr(), fmt.Sprintf("%v", n), fmt.Sprintf("%+v", n))
-		res, err = n.Release(ctx, k, true)
+		res, err = n.Release(ctx, &k, true)
 		require.NoError(t, err)
 		require.Equal(t, node.Done, res.Status)
 	}
@@ -726,15 +726,15 @@ func testTLS(t *testing.T, f Factory) {
 	k := node.Key{Name: "lk:tls", Token: "tok"}
 	c, cancel := context.WithTimeout(ctx, 5*time.Second) // handshakes under -race
 	defer cancel()
-	res, err := trusted.Acquire(c, k, time.Minute, false)
+	res, err := trusted.Acquire(c, &k, time.Minute, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
-	res, err = trusted.Release(c, k, false)
+	res, err = trusted.Release(c, &k, false)
 	require.NoError(t, err)
 	require.Equal(t, node.Done, res.Status)
 
 	untrusted := newNode(t, f, Server{Addr: addr, TLS: &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}, Timeout: timeout})
-	_, err = untrusted.Acquire(c, k, time.Minute, false)
+	_, err = untrusted.Acquire(c, &k, time.Minute, false)
 	require.ErrorIs(t, err, node.ErrTLS)
 }
 
@@ -753,10 +753,10 @@ func testWatch(t *testing.T, f Factory) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watch did not become ready")
 	}
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
-	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "a silent release")
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
-	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release")
 	select {
 	case <-released:
 	case <-time.After(5 * time.Second):
@@ -773,8 +773,8 @@ func testWatch(t *testing.T, f Factory) {
 	e.do("CLIENT", "KILL", "TYPE", "pubsub")
 	seen := false
 	for i := 0; i < 100 && !seen; i++ {
-		e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
-		e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
+		e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
+		e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "release")
 		select {
 		case <-released:
 			seen = true
@@ -785,8 +785,8 @@ func testWatch(t *testing.T, f Factory) {
 
 	watch.Stop()
 	watch.Stop() // twice is fine
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
-	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "release")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "release")
 	select {
 	case <-released:
 		t.Fatal("a release was sent after Stop")
@@ -816,30 +816,30 @@ func testFence(t *testing.T, f Factory) {
 	k := node.Key{Name: "lk:fence", Token: "tok-1"}
 	fk := node.FenceKey(k.Name)
 	now := serverMicros(t, e)
-	res := e.resultOf(fe.AcquireFenced(e.ctx, k, time.Minute, time.Hour))(node.Done, "fenced acquire")
+	res := e.resultOf(fe.AcquireFenced(e.ctx, &k, time.Minute, time.Hour))(node.Done, "fenced acquire")
 	assert.GreaterOrEqual(t, res.Fence, now, "the counter starts at the server's time in µs")
 	assert.Equal(t, fmt.Sprint(res.Fence), e.get(fk), "the counter holds the fence")
 	assert.InDelta(t, time.Hour, e.pttl(fk), float64(time.Minute), "the counter lives its own TTL")
 	assert.InDelta(t, time.Minute, e.pttl(k.Name), float64(5*time.Second), "the key lives the lock's TTL")
 
-	again := e.resultOf(fe.AcquireFenced(e.ctx, k, time.Minute, time.Hour))(node.Done, "a repeated fenced acquire")
+	again := e.resultOf(fe.AcquireFenced(e.ctx, &k, time.Minute, time.Hour))(node.Done, "a repeated fenced acquire")
 	assert.Equal(t, res.Fence, again.Fence, "a repeated acquire answers the same fence")
-	taken := e.resultOf(fe.AcquireFenced(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, time.Hour))(node.Taken, "fenced acquire of a held key")
+	taken := e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, time.Hour))(node.Taken, "fenced acquire of a held key")
 	assert.Greater(t, taken.TTL, time.Duration(0))
 	assert.Zero(t, taken.Fence)
 
-	e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence+1000, time.Hour))(node.Done, "confirm a higher fence")
+	e.resultOf(fe.ConfirmFence(e.ctx, &k, res.Fence+1000, time.Hour))(node.Done, "confirm a higher fence")
 	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm raises the counter")
-	e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence, time.Hour))(node.Done, "confirm a lower fence")
+	e.resultOf(fe.ConfirmFence(e.ctx, &k, res.Fence, time.Hour))(node.Done, "confirm a lower fence")
 	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm never lowers the counter")
-	e.resultOf(fe.ConfirmFence(e.ctx, node.Key{Name: k.Name, Token: "tok-2"}, res.Fence+5000, time.Hour))(node.Taken, "confirm with another token")
+	e.resultOf(fe.ConfirmFence(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, res.Fence+5000, time.Hour))(node.Taken, "confirm with another token")
 	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm with another token changes nothing")
 
-	e.resultOf(e.n.Release(e.ctx, k, false))(node.Done, "release")
-	e.resultOf(fe.ConfirmFence(e.ctx, k, res.Fence+5000, time.Hour))(node.Absent, "confirm of a released key")
-	next := e.resultOf(fe.AcquireFenced(e.ctx, node.Key{Name: k.Name, Token: "tok-3"}, time.Minute, time.Hour))(node.Done, "the next fenced acquire")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release")
+	e.resultOf(fe.ConfirmFence(e.ctx, &k, res.Fence+5000, time.Hour))(node.Absent, "confirm of a released key")
+	next := e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: k.Name, Token: "tok-3"}, time.Minute, time.Hour))(node.Done, "the next fenced acquire")
 	assert.Greater(t, next.Fence, res.Fence+1000, "fences grow from one grant to the next")
-	e.resultOf(e.n.Release(e.ctx, node.Key{Name: k.Name, Token: "tok-3"}, false))(node.Done, "release")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: k.Name, Token: "tok-3"}, false))(node.Done, "release")
 	e.do("DEL", fk)
 }
 
@@ -862,50 +862,50 @@ func testHandoff(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
 	k := node.Key{Name: "lk:handoff", Token: "tok-1", Owner: "client-a"}
 	wk := node.WaitersKey(k.Name)
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
 
 	// A first (plain) attempt of another goroutine of client a registers
 	// nothing; a waiting one does, for the lease.
 	next := node.Key{Name: k.Name, Token: "tok-2", Owner: "client-a"}
-	e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, false))(node.Taken, "a plain acquire of a held key")
+	e.resultOf(e.n.Acquire(e.ctx, &next, time.Minute, false))(node.Taken, "a plain acquire of a held key")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "a plain attempt does not register")
-	res := e.resultOf(e.n.Acquire(e.ctx, next, time.Minute, true))(node.Taken, "a waiting acquire")
+	res := e.resultOf(e.n.Acquire(e.ctx, &next, time.Minute, true))(node.Taken, "a waiting acquire")
 	assert.Positive(t, res.Ticket, "a waiting attempt gets a ticket")
 	assert.Equal(t, int64(1), e.do("HEXISTS", wk, "client-a"), "a waiting attempt queues its owner")
 	assert.InDelta(t, node.WaiterLease, e.pttl(wk), float64(time.Second), "for the lease")
 
-	e.resultOf(h.Transfer(e.ctx, k, next, 30*time.Second))(node.Done, "a transfer within one client")
+	e.resultOf(h.Transfer(e.ctx, &k, &next, 30*time.Second))(node.Done, "a transfer within one client")
 	assert.Equal(t, "tok-2", e.get(k.Name), "the successor holds the key")
 	assert.InDelta(t, 30*time.Second, e.pttl(k.Name), float64(2*time.Second), "for the TTL given")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "the owner's registration is gone")
-	e.resultOf(h.Transfer(e.ctx, k, next, 30*time.Second))(node.Done, "the same transfer again")
-	e.resultOf(h.Transfer(e.ctx, node.Key{Name: k.Name, Token: "tok-9", Owner: "client-a"}, k, time.Minute))(node.Taken, "a transfer from a token that does not hold the key")
+	e.resultOf(h.Transfer(e.ctx, &k, &next, 30*time.Second))(node.Done, "the same transfer again")
+	e.resultOf(h.Transfer(e.ctx, &node.Key{Name: k.Name, Token: "tok-9", Owner: "client-a"}, &k, time.Minute))(node.Taken, "a transfer from a token that does not hold the key")
 	assert.Equal(t, "tok-2", e.get(k.Name), "changes nothing")
 
 	// A waiter of client b: the next transfer releases, reserving the
 	// key for b, and names b.
 	other := node.Key{Name: k.Name, Token: "tok-b", Owner: "client-b"}
-	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "client b waits")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, true))(node.Taken, "client b waits")
 	all := e.subscribe(t, k.Name)
 	sub := e.subscribe(t, node.ReservedKey(k.Name, "client-b"))
 	third := node.Key{Name: k.Name, Token: "tok-3", Owner: "client-a"}
-	e.resultOf(h.Transfer(e.ctx, next, third, time.Minute))(node.Absent, "a transfer while another client waits")
+	e.resultOf(h.Transfer(e.ctx, &next, &third, time.Minute))(node.Absent, "a transfer while another client waits")
 	assert.Equal(t, "~client-b", e.get(k.Name), "the holder's key is reserved for b instead")
 	msg := receive(t, sub, 5*time.Second)
 	require.NotNil(t, msg, "and the release announced to b")
 	assert.Equal(t, "client-b", string(msg[2].([]byte)), "naming b")
 	assert.Nil(t, receive(t, all, 100*time.Millisecond), "and to no one else")
-	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Done, "client b takes the lock")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, true))(node.Done, "client b takes the lock")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "its place in the queue is gone")
 
 	// A transfer to a free key acts as an acquire; Leave drops a
 	// registration.
-	e.resultOf(e.n.Release(e.ctx, other, false))(node.Done, "release")
-	e.resultOf(h.Transfer(e.ctx, next, third, time.Minute))(node.Done, "a transfer to a free key")
-	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "client b waits again")
-	require.NoError(t, h.Leave(e.ctx, other))
+	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "release")
+	e.resultOf(h.Transfer(e.ctx, &next, &third, time.Minute))(node.Done, "a transfer to a free key")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, true))(node.Taken, "client b waits again")
+	require.NoError(t, h.Leave(e.ctx, &other))
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "Leave drops the registration")
-	e.resultOf(e.n.Release(e.ctx, third, false))(node.Done, "release")
+	e.resultOf(e.n.Release(e.ctx, &third, false))(node.Done, "release")
 
 	// An ACL user without the hash commands still locks and waits (in no
 	// order); its transfers release instead of handing over.
@@ -914,14 +914,14 @@ func testHandoff(t *testing.T, f Factory) {
 	limited := newNode(t, f, Server{Addr: e.addr, Username: "nohash", Password: password + "-h", Timeout: timeout})
 	lh, ok := limited.(node.Handoffer)
 	require.True(t, ok)
-	e.resultOf(limited.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire without hash rights")
-	res = e.resultOf(limited.Acquire(e.ctx, other, time.Minute, true))(node.Taken, "a waiting acquire without hash rights")
+	e.resultOf(limited.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire without hash rights")
+	res = e.resultOf(limited.Acquire(e.ctx, &other, time.Minute, true))(node.Taken, "a waiting acquire without hash rights")
 	assert.Zero(t, res.Ticket, "is not queued")
-	e.resultOf(lh.Transfer(e.ctx, k, next, time.Minute))(node.Absent, "a transfer that cannot read the queue releases")
+	e.resultOf(lh.Transfer(e.ctx, &k, &next, time.Minute))(node.Absent, "a transfer that cannot read the queue releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
-	e.resultOf(limited.Acquire(e.ctx, other, time.Minute, true))(node.Done, "a waiting acquire without hash rights takes a free key")
-	e.resultOf(limited.Release(e.ctx, other, true))(node.Done, "and releases it")
-	require.NoError(t, lh.Leave(e.ctx, other), "Leave without hash rights")
+	e.resultOf(limited.Acquire(e.ctx, &other, time.Minute, true))(node.Done, "a waiting acquire without hash rights takes a free key")
+	e.resultOf(limited.Release(e.ctx, &other, true))(node.Done, "and releases it")
+	require.NoError(t, lh.Leave(e.ctx, &other), "Leave without hash rights")
 	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
 }
 
@@ -931,8 +931,8 @@ func testQueue(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
 	name := "lk:queue"
 	wk := node.WaitersKey(name)
-	key := func(tok, owner string, ticket int64) node.Key {
-		return node.Key{Name: name, Token: tok, Owner: owner, Ticket: ticket}
+	key := func(tok, owner string, ticket int64) *node.Key {
+		return &node.Key{Name: name, Token: tok, Owner: owner, Ticket: ticket}
 	}
 	holder := key("tok-a", "a", 0)
 	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key")
@@ -1015,16 +1015,16 @@ func testGrant(t *testing.T, f Factory) {
 	name := "lk:grant"
 	wk := node.WaitersKey(name)
 	holder := node.Key{Name: name, Token: "tok-a", Owner: "a"}
-	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key")
+	e.resultOf(e.n.Acquire(e.ctx, &holder, time.Minute, false))(node.Done, "a takes the key")
 	gb := node.GrantValue("b", "g1")
 	b := node.Key{Name: name, Token: "tok-b1", Owner: "b", Grant: gb}
-	tb := e.resultOf(e.n.Acquire(e.ctx, b, 30*time.Second, true))(node.Taken, "b waits, asking for a grant").Ticket
+	tb := e.resultOf(e.n.Acquire(e.ctx, &b, 30*time.Second, true))(node.Taken, "b waits, asking for a grant").Ticket
 	c := node.Key{Name: name, Token: "tok-c1", Owner: "c", Grant: node.GrantValue("c", "g2")}
-	tc := e.resultOf(e.n.Acquire(e.ctx, c, 30*time.Second, true))(node.Taken, "c waits behind b").Ticket
+	tc := e.resultOf(e.n.Acquire(e.ctx, &c, 30*time.Second, true))(node.Taken, "c waits behind b").Ticket
 
 	toB := e.subscribe(t, node.ReservedKey(name, "b"))
 	all := e.subscribe(t, name)
-	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
+	e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "a releases")
 	if e.get(name) == "~b" {
 		// A node may send no grant (the go-redis node over a client
 		// that resends commands): then it reserves, as for any waiter.
@@ -1042,28 +1042,28 @@ func testGrant(t *testing.T, f Factory) {
 	// The grant is b's lock: it extends and releases it by the grant, and
 	// its release hands the key on to c.
 	gk := node.Key{Name: name, Token: gb, Owner: "b"}
-	e.resultOf(e.n.Extend(e.ctx, gk, time.Minute))(node.Done, "b extends by its grant")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-d", Owner: "d"}, time.Minute, false))(node.Taken, "a plain acquire does not take a granted key")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-c2", Owner: "c", Ticket: tc, Grant: c.Grant}, 30*time.Second, true))(node.Taken, "c still waits")
-	e.resultOf(e.n.Release(e.ctx, gk, true))(node.Done, "b releases by its grant")
+	e.resultOf(e.n.Extend(e.ctx, &gk, time.Minute))(node.Done, "b extends by its grant")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-d", Owner: "d"}, time.Minute, false))(node.Taken, "a plain acquire does not take a granted key")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-c2", Owner: "c", Ticket: tc, Grant: c.Grant}, 30*time.Second, true))(node.Taken, "c still waits")
+	e.resultOf(e.n.Release(e.ctx, &gk, true))(node.Done, "b releases by its grant")
 	assert.Equal(t, c.Grant, e.get(name), "granted to c")
 
 	// c's next waiting attempt, which its grant's announcement did not
 	// stop, takes the key with its own token.
 	ck := node.Key{Name: name, Token: "tok-c3", Owner: "c", Ticket: tc, Grant: c.Grant}
-	e.resultOf(e.n.Acquire(e.ctx, ck, time.Minute, true))(node.Done, "c's attempt takes its granted key")
+	e.resultOf(e.n.Acquire(e.ctx, &ck, time.Minute, true))(node.Done, "c's attempt takes its granted key")
 	assert.Equal(t, "tok-c3", e.get(name))
 
 	// b waits again with a new grant; c's rollback-free release grants it.
 	// b's Leave with another waiting call's grant leaves it alone; with
 	// its own, the key goes on to the next head, or is freed.
 	b2 := node.Key{Name: name, Token: "tok-b2", Owner: "b", Ticket: tb, Grant: node.GrantValue("b", "g3")}
-	e.resultOf(e.n.Acquire(e.ctx, b2, time.Minute, true))(node.Taken, "b waits again")
-	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
+	e.resultOf(e.n.Acquire(e.ctx, &b2, time.Minute, true))(node.Taken, "b waits again")
+	e.resultOf(e.n.Release(e.ctx, &ck, true))(node.Done, "c releases")
 	assert.Equal(t, b2.Grant, e.get(name), "granted to b's new call")
-	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "b", Grant: gb}))
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: gb}))
 	assert.Equal(t, b2.Grant, e.get(name), "a Leave with another grant does not free it")
-	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "b", Grant: b2.Grant}))
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: b2.Grant}))
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "the leaver's grant is freed: no one else waits")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
 
@@ -1071,38 +1071,38 @@ func testGrant(t *testing.T, f Factory) {
 	// not granted here yet takes its registration out of the queue, so
 	// that the node does not grant it once the lock is gone.
 	other := node.Key{Name: name, Token: "tok-y", Owner: "y"}
-	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, false))(node.Done, "y takes the key")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, false))(node.Done, "y takes the key")
 	gz := node.GrantValue("z", "g7")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-z", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits")
-	e.resultOf(e.n.Release(e.ctx, node.Key{Name: name, Token: gz, Owner: "z"}, true))(node.Taken, "z's lock, granted elsewhere, releases here")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-z", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: gz, Owner: "z"}, true))(node.Taken, "z's lock, granted elsewhere, releases here")
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "z"), "z's registration is gone")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-z2", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits again")
-	e.resultOf(h.Transfer(e.ctx, node.Key{Name: name, Token: gz, Owner: "z"}, node.Key{Name: name, Token: "tok-z3", Owner: "z"}, time.Minute))(node.Taken, "z's lock hands over within its client")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-z2", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits again")
+	e.resultOf(h.Transfer(e.ctx, &node.Key{Name: name, Token: gz, Owner: "z"}, &node.Key{Name: name, Token: "tok-z3", Owner: "z"}, time.Minute))(node.Taken, "z's lock hands over within its client")
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "z"), "z's registration is gone")
-	e.resultOf(e.n.Release(e.ctx, other, true))(node.Done, "y releases")
+	e.resultOf(e.n.Release(e.ctx, &other, true))(node.Done, "y releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", name, wk), "granted to no one: nothing is left")
 	// The same where the key is absent and another client waits.
-	e.resultOf(e.n.Acquire(e.ctx, other, time.Minute, false))(node.Done, "y takes the key again")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-w", Owner: "w"}, time.Minute, true))(node.Taken, "w waits")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-z4", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits")
-	e.resultOf(e.n.Release(e.ctx, other, false))(node.Done, "y's rollback frees the key quietly")
-	e.resultOf(h.Transfer(e.ctx, node.Key{Name: name, Token: gz, Owner: "z"}, node.Key{Name: name, Token: "tok-z5", Owner: "z"}, time.Minute))(node.Absent, "z's transfer yields to w")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, false))(node.Done, "y takes the key again")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-w", Owner: "w"}, time.Minute, true))(node.Taken, "w waits")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-z4", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits")
+	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "y's rollback frees the key quietly")
+	e.resultOf(h.Transfer(e.ctx, &node.Key{Name: name, Token: gz, Owner: "z"}, &node.Key{Name: name, Token: "tok-z5", Owner: "z"}, time.Minute))(node.Absent, "z's transfer yields to w")
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "z"), "z's registration is gone")
-	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "w"}))
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "w"}))
 	assert.Equal(t, int64(0), e.do("EXISTS", name, wk), "nothing is left")
 
 	// A release hands the key on to a head of another client than the
 	// releaser's: its own client's place (here x's, ahead of c) is for
 	// its next holder to take in its turn, or a stale one.
 	x := node.Key{Name: name, Token: "tok-x1", Owner: "x"}
-	e.resultOf(e.n.Acquire(e.ctx, x, time.Minute, false))(node.Done, "x takes the key")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-x2", Owner: "x", Grant: node.GrantValue("x", "g5")}, time.Minute, true))(node.Taken, "x queues too")
+	e.resultOf(e.n.Acquire(e.ctx, &x, time.Minute, false))(node.Done, "x takes the key")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-x2", Owner: "x", Grant: node.GrantValue("x", "g5")}, time.Minute, true))(node.Taken, "x queues too")
 	c3 := node.Key{Name: name, Token: "tok-c4", Owner: "c", Grant: node.GrantValue("c", "g6")}
-	e.resultOf(e.n.Acquire(e.ctx, c3, time.Minute, true))(node.Taken, "c queues behind x")
-	e.resultOf(e.n.Release(e.ctx, x, true))(node.Done, "x releases")
+	e.resultOf(e.n.Acquire(e.ctx, &c3, time.Minute, true))(node.Taken, "c queues behind x")
+	e.resultOf(e.n.Release(e.ctx, &x, true))(node.Done, "x releases")
 	assert.Equal(t, c3.Grant, e.get(name), "granted to c, not to x's own place")
-	require.NoError(t, h.Leave(e.ctx, node.Key{Name: name, Owner: "x"}))
-	e.resultOf(e.n.Release(e.ctx, node.Key{Name: name, Token: c3.Grant, Owner: "c"}, true))(node.Done, "c releases by its grant")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "x"}))
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: c3.Grant, Owner: "c"}, true))(node.Done, "c releases by its grant")
 	assert.Equal(t, int64(0), e.do("EXISTS", name, wk), "nothing is left")
 
 	// A watch for a grant message wakes for that message only: not for
@@ -1144,13 +1144,13 @@ func testGrant(t *testing.T, f Factory) {
 	// A semaphore's slots (a shared queue) reserve, never grant.
 	line := "lk:grant:line"
 	s1 := node.Key{Name: "lk:grant:s1", Token: "tok-s", Owner: "a"}.InQueue(line)
-	e.resultOf(e.n.Acquire(e.ctx, s1, time.Minute, false))(node.Done, "a takes the slot")
+	e.resultOf(e.n.Acquire(e.ctx, &s1, time.Minute, false))(node.Done, "a takes the slot")
 	sb := node.Key{Name: s1.Name, Token: "tok-sb", Owner: "b", Grant: node.GrantValue("b", "g4")}.InQueue(line)
-	e.resultOf(e.n.Acquire(e.ctx, sb, time.Minute, true))(node.Taken, "b waits in the line")
-	e.resultOf(e.n.Release(e.ctx, s1, true))(node.Done, "a releases the slot")
+	e.resultOf(e.n.Acquire(e.ctx, &sb, time.Minute, true))(node.Taken, "b waits in the line")
+	e.resultOf(e.n.Release(e.ctx, &s1, true))(node.Done, "a releases the slot")
 	assert.Equal(t, "~b", e.get(s1.Name), "reserved, not granted")
-	e.resultOf(e.n.Acquire(e.ctx, sb, time.Minute, true))(node.Done, "b takes it")
-	e.resultOf(e.n.Release(e.ctx, sb, true))(node.Done, "b releases")
+	e.resultOf(e.n.Acquire(e.ctx, &sb, time.Minute, true))(node.Done, "b takes it")
+	e.resultOf(e.n.Release(e.ctx, &sb, true))(node.Done, "b releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", s1.Name, line), "nothing is left")
 }
 
@@ -1165,8 +1165,9 @@ func testSharedQueue(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
 	names := []string{"lk:sq:permit:0", "lk:sq:permit:1"}
 	q := "lk:sq:permits:2:line"
-	key := func(i int, tok, owner string, ticket int64) node.Key {
-		return node.Key{Name: names[i], Token: tok, Owner: owner, Ticket: ticket}.InQueue(q)
+	key := func(i int, tok, owner string, ticket int64) *node.Key {
+		k := node.Key{Name: names[i], Token: tok, Owner: owner, Ticket: ticket}.InQueue(q)
+		return &k
 	}
 	h0, h1 := key(0, "tok-h0", "h", 0), key(1, "tok-h1", "h", 0)
 	e.resultOf(e.n.Acquire(e.ctx, h0, time.Minute, false))(node.Done, "h takes key 0")
@@ -1239,7 +1240,7 @@ func testShared(t *testing.T, f Factory) {
 	}
 	name := "lk:shared"
 	rk, wk := node.ReadersKey(name), node.WaitersKey(name)
-	key := func(tok, owner string) node.Key { return node.Key{Name: name, Token: tok, Owner: owner} }
+	key := func(tok, owner string) *node.Key { return &node.Key{Name: name, Token: tok, Owner: owner} }
 	r1, r2, w := key("tok-r1", "a"), key("tok-r2", "b"), key("tok-w", "c")
 
 	// Readers together; a writer's plain acquire, extend and release
@@ -1309,7 +1310,7 @@ func testShared(t *testing.T, f Factory) {
 	rq := node.Key{Name: name, Token: "tok-rq", Owner: "rq"}
 	e.resultOf(e.n.Acquire(e.ctx, w1, time.Minute, false))(node.Done, "w1 writes")
 	t2 := e.resultOf(e.n.Acquire(e.ctx, w2, time.Minute, true))(node.Taken, "w2 waits").Ticket
-	res = e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Taken, "rq waits")
+	res = e.resultOf(sh.AcquireShared(e.ctx, &rq, time.Minute, true))(node.Taken, "rq waits")
 	assert.Greater(t, res.Ticket, t2, "rq queued after w2")
 	rq.Ticket = res.Ticket
 	t3 := e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Taken, "w3 waits").Ticket
@@ -1317,8 +1318,8 @@ func testShared(t *testing.T, f Factory) {
 	toW2, all := e.subscribe(t, node.ReservedKey(name, "w2")), e.subscribe(t, name)
 	e.resultOf(e.n.Release(e.ctx, w1, true))(node.Done, "w1 releases")
 	assert.Equal(t, "~w2", e.get(name), "reserved for w2, queued first")
-	e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Taken, "rq behind w2")
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: name, Token: "tok-w2b", Owner: "w2", Ticket: t2}, time.Minute, true))(node.Done, "w2 takes its turn")
+	e.resultOf(sh.AcquireShared(e.ctx, &rq, time.Minute, true))(node.Taken, "rq behind w2")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-w2b", Owner: "w2", Ticket: t2}, time.Minute, true))(node.Done, "w2 takes its turn")
 	msg = receive(t, toW2, 5*time.Second)
 	require.NotNil(t, msg)
 	assert.Equal(t, "w2", string(msg[2].([]byte)))
@@ -1329,10 +1330,10 @@ func testShared(t *testing.T, f Factory) {
 	assert.Equal(t, "", string(msg[2].([]byte)), "announced to all")
 	w3.Ticket = t3
 	e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Taken, "w3 waits for the reader queued before it")
-	e.resultOf(sh.AcquireShared(e.ctx, rq, time.Minute, true))(node.Done, "rq goes in")
+	e.resultOf(sh.AcquireShared(e.ctx, &rq, time.Minute, true))(node.Done, "rq goes in")
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "rq"), "rq left the queue")
 	e.resultOf(sh.AcquireShared(e.ctx, key("tok-r9", ""), time.Minute, false))(node.Taken, "a reader that comes after w3")
-	e.resultOf(sh.ReleaseShared(e.ctx, rq, true))(node.Done, "rq leaves")
+	e.resultOf(sh.ReleaseShared(e.ctx, &rq, true))(node.Done, "rq leaves")
 	assert.Equal(t, "~w3", e.get(name), "reserved for w3")
 	e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Done, "w3 writes")
 	e.resultOf(e.n.Release(e.ctx, w3, true))(node.Done, "w3 releases")
@@ -1354,7 +1355,7 @@ func testSharedAlone(t *testing.T, f Factory) {
 	}
 	name := "lk:alone"
 	rk, wk := node.ReadersKey(name), node.WaitersKey(name)
-	key := func(tok, owner string) node.Key { return node.Key{Name: name, Token: tok, Owner: owner} }
+	key := func(tok, owner string) *node.Key { return &node.Key{Name: name, Token: tok, Owner: owner} }
 	r1, r2, w, other := key("tok-r1", "ra"), key("tok-r2", "rb"), key("tok-w", "c"), key("tok-x", "")
 	empty := func(what string) {
 		t.Helper()
@@ -1438,9 +1439,9 @@ func testClose(t *testing.T, f Factory) {
 	if !ok {
 		t.Skip("the node is not an io.Closer")
 	}
-	e.resultOf(e.n.Acquire(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: "lk:close", Token: "tok"}, time.Minute, false))(node.Done, "acquire")
 	require.NoError(t, c.Close())
-	_, err := e.n.Release(e.ctx, node.Key{Name: "lk:close", Token: "tok"}, false)
+	_, err := e.n.Release(e.ctx, &node.Key{Name: "lk:close", Token: "tok"}, false)
 	require.ErrorIs(t, err, node.ErrClosed, "a call after Close")
 	e.do("DEL", "lk:close")
 }
