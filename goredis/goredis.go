@@ -222,7 +222,7 @@ func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration,
 	}
 	args := []any{k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket}
 	if holderTTL && k.Grant != "" && !n.resends {
-		args = append(args, k.Grant)
+		args = append(args, k.Grant, node.GrantTTL(ttl).Milliseconds())
 	}
 	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, k.Waiters()}, args...)
 	if err != nil {

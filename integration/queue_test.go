@@ -140,8 +140,9 @@ func TestQueueClientsTakeTurnsInOrder(t *testing.T) {
 
 // TestQueueKilledWaiterStopsBlocking: the head of the nodes' queue is a
 // client closed mid-wait without leaving (as if its host died): the
-// Unlock before it reserves the key for it, and the next waiter gets the
-// lock once its place has lapsed (node.WaiterLease), not never.
+// Unlock before it grants (or reserves) the key to it, and the next
+// waiter gets the lock once its place has lapsed (node.WaiterLease), not
+// never, and not a TTL later: a grant lasts node.GrantTTL (2 s).
 func TestQueueKilledWaiterStopsBlocking(t *testing.T) {
 	p := prefix(t, 5*time.Second)
 	key := p + "k"
@@ -159,6 +160,7 @@ func TestQueueKilledWaiterStopsBlocking(t *testing.T) {
 	r := <-deadLock
 	require.ErrorIs(t, r.err, redlock.ErrClosed)
 	require.NoError(t, l.Unlock(context.Background()))
+	released := time.Now()
 	reserved := 0
 	for i := range shared.Size() {
 		if tok := scToken(t, shared, i, key); len(tok) > 0 && tok[0] == '~' {
@@ -168,7 +170,12 @@ func TestQueueKilledWaiterStopsBlocking(t *testing.T) {
 	assert.GreaterOrEqual(t, reserved, 3, "the key is reserved for the dead client's waiter")
 	r = <-nextLock
 	require.NoError(t, r.err, "the next waiter gets the lock once the dead one's lease lapses")
+	waited := time.Since(released)
 	require.NoError(t, r.l.Unlock(context.Background()))
+	// A grant to the dead client lasts node.GrantTTL (2 s), a
+	// reservation its place; its TTL would be redlock.DefaultTTL (10 s).
+	assert.Less(t, waited, redlock.DefaultTTL/2, "the next waiter waited for the dead one's grant or place, not its TTL")
+	t.Logf("the next waiter held the lock %v after the Unlock", waited.Round(time.Millisecond))
 }
 
 // TestQueueRebuildsAfterMajorityRestart: two clients are queued behind a

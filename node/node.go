@@ -94,12 +94,12 @@ type Key struct {
 	// with InQueue.
 	Queue string
 	// Grant ("": none) is what a waiting Acquire asks a release that
-	// hands the key on to Owner to set the key to, for the Acquire's
-	// TTL, instead of reserving it: the waiter then holds the key on
-	// that node with Grant as its token, told by an announcement on
-	// ReservedKey(Name, Owner) whose message is Grant. Only a key's own
-	// queue (Queue "") grants; a Leave with Grant hands on a key granted
-	// to it. Make it with GrantValue.
+	// hands the key on to Owner to set the key to, for GrantTTL of the
+	// Acquire's TTL, instead of reserving it: the waiter then holds the
+	// key on that node with Grant as its token, told by an announcement
+	// on ReservedKey(Name, Owner) whose message is GrantMessage. Only a
+	// key's own queue (Queue "") grants; a Leave with Grant hands on a
+	// key granted to it. Make it with GrantValue.
 	Grant string
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
@@ -242,6 +242,14 @@ func ReleaseChannel(key string) string { return key + ":released" }
 // attempt's token and no other waiter's grant equals it.
 func GrantValue(owner, id string) string { return "~" + owner + ":" + id }
 
+// GrantTTL is how long a node's grant lasts for a waiting Acquire with
+// TTL ttl (Key.Grant): ttl, or WaiterLease if that is less, so that a
+// grant to a waiter that has died blocks the key no longer than its place
+// in the queue would have. A waiter that holds the lock by grants counts
+// its validity for that long from its last attempt's start, then extends
+// to its TTL. Drivers send it with the grant (acquire.lua's ARGV[7]).
+func GrantTTL(ttl time.Duration) time.Duration { return min(ttl, WaiterLease) }
+
 // GrantMessage is the message that announces grant on the waiter's
 // channel (ReservedKey): grant + ":" + token, the token of the waiting
 // Acquire whose registration the node granted (the last one it ran), so
@@ -358,7 +366,8 @@ const WaiterLease = 2 * time.Second
 // only the head's waiting attempt takes a key reserved for it. A head
 // whose waiting Acquire asked for a grant (Key.Grant, own queues only)
 // is given the key instead: Release with announce sets the key to the
-// grant for that Acquire's TTL, drops the head from the queue and
+// grant for GrantTTL of that Acquire's TTL, drops the head from the
+// queue and
 // announces it on the same channel with GrantMessage(grant, token of the
 // last Acquire that registered the head there); the head's next waiting
 // Acquire takes a key that holds its grant as one reserved for it. In a

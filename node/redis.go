@@ -302,7 +302,7 @@ func (r *Redis) acquireScript(ctx context.Context, k *Key, ttl time.Duration, wa
 	name, token := k.Boxed()
 	args := []any{acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket}
 	if wait && k.Grant != "" {
-		args = append(args, k.Grant)
+		args = append(args, k.Grant, GrantTTL(ttl).Milliseconds())
 	}
 	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA", args)
 	if err != nil {

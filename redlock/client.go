@@ -269,7 +269,11 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 // failure the error is a *QuorumError of the last attempt, wrapping
 // ErrNotAcquired and, when ctx ended, ctx's error. Goroutines of one
 // client waiting for the same key take turns in FIFO order, and the lock
-// is handed from one to the next by Unlock (see Lock.Unlock).
+// is handed from one to the next by Unlock (see Lock.Unlock). A lock that
+// another client's Unlock handed to this call directly (a grant, see
+// Lock.Token) may at first be valid for less than its TTL (for
+// node.GrantTTL, 2 s, from this call's last attempt), until one extend
+// made in the background right away restores the TTL.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(key, opts)
 	if err != nil {
@@ -552,7 +556,26 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	}
 	l.ch.expires = c.clk.Now().Add(cfg.ttl + node.WaiterLease + 2*l.ch.maxTimeout) // a node may grant while its registration lasts
 	l.grant(from, 0)
+	if short := node.GrantTTL(cfg.ttl); short < cfg.ttl && c.begin() {
+		// A node grants for less than the TTL (so that a waiter that
+		// died blocks the key no longer than its place would have), from
+		// after the last attempt: valid that long from the attempt's
+		// start, then, until an extend restores the TTL: one round in
+		// the background (Unlock or Extend waits for it).
+		l.until = clock.Until(from, short, l.drift)
+		l.op <- struct{}{}
+		go l.restore()
+	}
 	return l
+}
+
+// restore is the extend by the lock's TTL of a lock that a grant made
+// valid for less (see granted); the caller has counted it in the
+// client's bg and holds l.op. If it fails, the lock stays valid for what
+// the grant gave it, and a KeepAlive extends it before then.
+func (l *Lock) restore() {
+	defer l.end()
+	_ = l.extend(context.Background(), l.ttl)
 }
 
 // grantMaxAge bounds what a lock taken by grants loses of its validity

@@ -479,3 +479,10 @@ func gate(op string, release <-chan struct{}) func(context.Context, string) erro
 		}
 	}
 }
+
+// entryOf returns key's entry on f, if it is live.
+func (f *fakeNode) entryOf(key string) (entry, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.get(key)
+}

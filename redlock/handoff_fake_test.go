@@ -128,7 +128,7 @@ func (n *handoffNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duratio
 	}
 	nw := waiter{ticket: ticket, until: now.Add(node.WaiterLease), reserved: w.reserved}
 	if !now.Before(w.reserved) {
-		nw.grant, nw.gttl, nw.gtok = k.Grant, ttl, k.Token
+		nw.grant, nw.gttl, nw.gtok = k.Grant, node.GrantTTL(ttl), k.Token
 	}
 	n.waiters[q][k.Owner] = nw
 	h, until := n.head(q, "")

@@ -587,25 +587,87 @@ func acquires(fakes []*fakeNode) (n int) {
 // TestGrantHoldsWithoutAnotherAttempt: a release hands the key to the
 // queued waiter by setting its grant on every node (node.Key.Grant); the
 // waiter holds the lock once a majority announced it, without another
-// acquire, with the grant as its token and its validity counted from its
-// last attempt; its Unlock frees every node.
+// acquire, with the grant as its token. A node grants for node.GrantTTL
+// (2 s of the 10 s TTL), so the lock is valid for that from the last
+// attempt's start, until one extend in the background restores the TTL;
+// its Unlock frees every node.
 func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
 	before := acquires(fakes)
+	hold := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "extend" {
+				<-hold
+			}
+			return nil
+		})
+	}
 	queuedAt := clk.Now()
 	clk.Advance(100 * time.Millisecond) // the release comes a while after the waiter queued
 	require.NoError(t, first.Unlock(context.Background()))
+	released := clk.Now()
 	r := receiveLock(t, ra)
 	require.NoError(t, r.err)
 	assert.Equal(t, before, acquires(fakes), "no acquire after the grants")
 	assert.True(t, strings.HasPrefix(r.l.Token(), "~"), "the grant is the token: %q", r.l.Token())
 	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2, "held by the grant on a majority")
-	// The validity counts from the last attempt, not from the grant: TTL
-	// minus drift (10s × 0.01 + 2 ms) from when the waiter queued.
-	assert.Equal(t, queuedAt.Add(10*time.Second-102*time.Millisecond), r.l.Until())
+	for i, f := range fakes {
+		if e, ok := f.entryOf("k"); ok && e.token == r.l.Token() {
+			assert.Equal(t, released.Add(node.GrantTTL(10*time.Second)), e.until, "node %d grants for node.GrantTTL", i)
+		}
+	}
+	// Valid from the last attempt for node.GrantTTL less drift (2s × 0.01
+	// + 2 ms) while the extend is held up.
+	assert.Equal(t, queuedAt.Add(2*time.Second-22*time.Millisecond), r.l.Until())
+	close(hold)
+	// Then for the TTL less drift (10s × 0.01 + 2 ms) from the extend.
+	require.Eventually(t, func() bool { return r.l.Until().Equal(released.Add(10*time.Second - 102*time.Millisecond)) },
+		5*time.Second, time.Millisecond, "the extend restores the TTL")
 	require.NoError(t, r.l.Unlock(context.Background()))
 	require.Eventually(t, func() bool { return holders(fakes, "k", "") == len(fakes) }, 5*time.Second, time.Millisecond,
 		"every node freed (Unlock returns at a majority)")
+}
+
+// TestGrantKeptAliveBeforeItsExtend: when the extend that follows a
+// grant fails, the lock stays valid for what the grant gave it
+// (node.GrantTTL), and a KeepAlive started then extends it within that,
+// not a share of the TTL later, after the validity has run out.
+func TestGrantKeptAliveBeforeItsExtend(t *testing.T) {
+	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
+	for _, f := range fakes {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "extend" && f.count("extend") == 1 {
+				return errInjected // the extend after the grant
+			}
+			return nil
+		})
+	}
+	queuedAt := clk.Now()
+	require.NoError(t, first.Unlock(context.Background()))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	require.True(t, strings.HasPrefix(r.l.Token(), "~"), "held by grant: %q", r.l.Token())
+	require.Eventually(t, func() bool { return extendCalls(fakes) == len(fakes) }, 5*time.Second, time.Millisecond, "the extend after the grant")
+	assert.Equal(t, queuedAt.Add(2*time.Second-22*time.Millisecond), r.l.Until(), "valid for node.GrantTTL")
+
+	before := clk.Waiters()
+	job, cancel := r.l.KeepAlive(context.Background())
+	defer cancel()
+	waitWaiters(t, clk, before+2)
+	clk.Advance(700 * time.Millisecond) // a third of the 1.978 s window has passed
+	require.Eventually(t, func() bool { return r.l.TTL() > 5*time.Second }, 5*time.Second, time.Millisecond,
+		"KeepAlive extended within the lease")
+	assert.NoError(t, job.Err())
+	cancel()
+	require.NoError(t, r.l.Unlock(context.Background()))
+}
+
+func extendCalls(fakes []*fakeNode) (n int) {
+	for _, f := range fakes {
+		n += f.count("extend")
+	}
+	return n
 }
 
 // TestGrantAfterALostReplyTakesAnAttempt: a waiter whose waiting attempt

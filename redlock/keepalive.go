@@ -76,7 +76,14 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 	l.mu.Unlock()
 	lost := timer(until.Add(-p.margin))
 	defer func() { lost.Stop() }()
-	next := timer(from.Add(time.Duration(p.extendAfter * float64(l.ttl))))
+	// Extends come the share of the TTL after the last success, or the
+	// share of what is left, sooner, for a lock valid for less than its
+	// TTL (one a grant made, until its extend lands: Client.granted).
+	first := l.ttl
+	if until.Before(clock.Until(from, l.ttl, l.drift)) {
+		first = until.Sub(from)
+	}
+	next := timer(from.Add(time.Duration(p.extendAfter * float64(first))))
 	defer func() { next.Stop() }()
 	var hold <-chan time.Time // nil: no bound
 	if p.maxHold > 0 {

@@ -1002,7 +1002,8 @@ func testQueue(t *testing.T, f Factory) {
 
 // testGrant checks direct grants (node.Key.Grant): a release hands the
 // key to the head that asked for one by setting the key to its grant,
-// for the TTL it asked, and announces the grant on the head's channel;
+// for node.GrantTTL of the TTL it asked (the TTL, at most
+// node.WaiterLease), and announces the grant on the head's channel;
 // the head's next waiting attempt takes a key that holds its grant; a
 // Leave hands on a key granted to the leaver, not one granted to another
 // waiter of its client; a release or transfer by a grant drops the
@@ -1032,7 +1033,7 @@ func testGrant(t *testing.T, f Factory) {
 		t.Skip("the node asks for no grants: it reserved the key")
 	}
 	assert.Equal(t, gb, e.get(name), "the key holds b's grant")
-	assert.InDelta(t, 30*time.Second, e.pttl(name), float64(5*time.Second), "for the TTL b asked for")
+	assert.InDelta(t, node.GrantTTL(30*time.Second), e.pttl(name), float64(300*time.Millisecond), "for node.GrantTTL (2 s) of the 30 s TTL b asked for")
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "b"), "b has left the queue")
 	msg := receive(t, toB, 5*time.Second)
 	require.NotNil(t, msg)
@@ -1044,9 +1045,10 @@ func testGrant(t *testing.T, f Factory) {
 	gk := node.Key{Name: name, Token: gb, Owner: "b"}
 	e.resultOf(e.n.Extend(e.ctx, &gk, time.Minute))(node.Done, "b extends by its grant")
 	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-d", Owner: "d"}, time.Minute, false))(node.Taken, "a plain acquire does not take a granted key")
-	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-c2", Owner: "c", Ticket: tc, Grant: c.Grant}, 30*time.Second, true))(node.Taken, "c still waits")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-c2", Owner: "c", Ticket: tc, Grant: c.Grant}, 1500*time.Millisecond, true))(node.Taken, "c still waits")
 	e.resultOf(e.n.Release(e.ctx, &gk, true))(node.Done, "b releases by its grant")
 	assert.Equal(t, c.Grant, e.get(name), "granted to c")
+	assert.InDelta(t, 1500*time.Millisecond, e.pttl(name), float64(300*time.Millisecond), "for the 1.5 s TTL c asked for, node.GrantTTL of it")
 
 	// c's next waiting attempt, which its grant's announcement did not
 	// stop, takes the key with its own token.

@@ -10,8 +10,12 @@
 -- ARGV[4]  the waiter lease in milliseconds
 -- ARGV[5]  the caller's ticket (node.Key.Ticket); 0 when it has none yet
 -- ARGV[6]  the grant the caller asks for (node.Key.Grant): the value a
---          release that hands the key on to it sets, for ARGV[2] ms;
+--          release that hands the key on to it sets, for ARGV[7] ms;
 --          "" (or absent) for a reservation instead (see hand_on)
+-- ARGV[7]  how long a grant lasts, in milliseconds (node.GrantTTL):
+--          shorter than the TTL, so that a waiter that died blocks the
+--          key no longer than its place would have; absent: ARGV[2]
+--          (clients before it counted a grant for the whole TTL)
 -- Returns  "OK" (status) when the key was set, or already held the caller's
 --          token (then its TTL is set to ARGV[2], as the SET would have);
 --          otherwise {wait, ticket}: wait is the holder's PTTL in
@@ -41,7 +45,7 @@ if tag == "" then
   redis.call("SET", key, token, "PX", ttl)
   return {ok = "OK"}
 end
-local grant = ARGV[6] or ""
+local grant, grantTTL = ARGV[6] or "", ARGV[7] or ttl
 if v == token or v == "~" .. tag or (v == grant and grant ~= "") then
   -- Already the caller's (the same command run twice), or reserved for
   -- it (its turn, see hand_on), or holding the grant it asked for (an
@@ -70,7 +74,7 @@ end
 --[[libraries]]
 local ok, head, mine, lease = pcall(function()
   local now = now_ms()
-  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now, ttl, token, grant)
+  local mine = queue_join(wk, tag, ARGV[5], tonumber(ARGV[4]), now, grantTTL, token, grant)
   local h, hl = queue_head(wk, now, nil)
   if not h then
     -- Every waiter, the caller too, has a key of the queue reserved (a
