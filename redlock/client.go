@@ -556,15 +556,17 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	}
 	l.ch.expires = c.clk.Now().Add(cfg.ttl + node.WaiterLease + 2*l.ch.maxTimeout) // a node may grant while its registration lasts
 	l.grant(from, 0)
-	if short := node.GrantTTL(cfg.ttl); short < cfg.ttl && c.begin() {
+	if short := node.GrantTTL(cfg.ttl); short < cfg.ttl {
 		// A node grants for less than the TTL (so that a waiter that
 		// died blocks the key no longer than its place would have), from
 		// after the last attempt: valid that long from the attempt's
 		// start, then, until an extend restores the TTL: one round in
 		// the background (Unlock or Extend waits for it).
 		l.until = clock.Until(from, short, l.drift)
-		l.op <- struct{}{}
-		go l.restore()
+		if c.begin() {
+			l.op <- struct{}{} // free: the lock is not handed out yet
+			go l.restore()
+		}
 	}
 	return l
 }
