@@ -507,7 +507,7 @@ func unsent(err error) bool {
 // a reader's call to the key's channel only) and returns the grant it
 // asks for (grantFor, for a call that queues): "" without watches, where
 // no one would hear a grant (a reservation lasts a lease at most, a
-// grant a TTL).
+// grant node.GrantTTL).
 func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, string) {
 	grant := ""
 	if queued {
@@ -537,12 +537,13 @@ func (c *Client) grantFor(cfg *config) string {
 // key; each grant came after that node had answered (a grant set before
 // would have been taken by the attempt, which would have said so), so no
 // command of this call is left to change it, and the key lives there at
-// least the TTL from from, which is where the validity counts from. It
-// returns nil when more than grantMaxAge has passed since from: an
-// attempt then takes the granted keys with a validity counted from now.
+// least node.GrantTTL from from, which is where the validity counts from
+// (then an extend restores the TTL). It returns nil when more than
+// grantMaxAge has passed since from: an attempt then takes the granted
+// keys with a validity counted from now.
 func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
-	age := c.clk.Since(from)
-	if age > grantMaxAge(cfg.ttl) || clock.Validity(cfg.ttl, age, cfg.driftFactor) <= 0 {
+	age, short := c.clk.Since(from), node.GrantTTL(cfg.ttl)
+	if age > grantMaxAge(cfg.ttl) || clock.Validity(short, age, cfg.driftFactor) <= 0 {
 		return nil
 	}
 	k := node.NewKey(key, grant)
@@ -556,7 +557,7 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	}
 	l.ch.expires = c.clk.Now().Add(cfg.ttl + node.WaiterLease + 2*l.ch.maxTimeout) // a node may grant while its registration lasts
 	l.grant(from, 0)
-	if short := node.GrantTTL(cfg.ttl); short < cfg.ttl {
+	if short < cfg.ttl {
 		// A node grants for less than the TTL (so that a waiter that
 		// died blocks the key no longer than its place would have), from
 		// after the last attempt: valid that long from the attempt's
@@ -581,11 +582,12 @@ func (l *Lock) restore() {
 }
 
 // grantMaxAge bounds what a lock taken by grants loses of its validity
-// against one taken by an attempt: a tenth of its TTL (the grant's
-// validity counts from the start of the waiter's last attempt, usually
-// less than queuePoll before; beyond the bound an attempt takes the
-// grants).
-func grantMaxAge(ttl time.Duration) time.Duration { return ttl / 10 }
+// against one taken by an attempt: a tenth of its TTL, and at most half
+// of node.GrantTTL, so that the extend that follows has time to land (the
+// grant's validity counts from the start of the waiter's last attempt,
+// usually less than queuePoll before; beyond the bound an attempt takes
+// the grants).
+func grantMaxAge(ttl time.Duration) time.Duration { return min(ttl/10, node.GrantTTL(ttl)/2) }
 
 // queuePoll is how long a waiter queued on the nodes, and woken by name
 // when its turn comes, sleeps between attempts: often enough to renew

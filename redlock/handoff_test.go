@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -595,6 +596,9 @@ func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
 	before := acquires(fakes)
 	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release) // a failure before the close must not leave the extend waiting
 	for _, f := range fakes {
 		f.setBefore(func(ctx context.Context, op string) error {
 			if op == "extend" {
@@ -620,7 +624,7 @@ func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 	// Valid from the last attempt for node.GrantTTL less drift (2s × 0.01
 	// + 2 ms) while the extend is held up.
 	assert.Equal(t, queuedAt.Add(2*time.Second-22*time.Millisecond), r.l.Until())
-	close(hold)
+	release()
 	// Then for the TTL less drift (10s × 0.01 + 2 ms) from the extend.
 	require.Eventually(t, func() bool { return r.l.Until().Equal(released.Add(10*time.Second - 102*time.Millisecond)) },
 		5*time.Second, time.Millisecond, "the extend restores the TTL")
@@ -668,6 +672,43 @@ func extendCalls(fakes []*fakeNode) (n int) {
 		n += f.count("extend")
 	}
 	return n
+}
+
+// TestGrantKeepAliveWaitsForItsExtend: KeepAlive started while the
+// extend after a grant is in flight (as redlock run does, with a loss
+// margin of a third of the TTL, longer than the grant's validity) arms
+// its timers once that extend has returned, on the validity it
+// restored: the job is not lost meanwhile.
+func TestGrantKeepAliveWaitsForItsExtend(t *testing.T) {
+	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil, redlock.WithLostMargin(3*time.Second))
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	for _, f := range fakes {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "extend" {
+				<-hold
+			}
+			return nil
+		})
+	}
+	require.NoError(t, first.Unlock(context.Background()))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	require.True(t, strings.HasPrefix(r.l.Token(), "~"), "held by grant: %q", r.l.Token())
+	require.Less(t, r.l.TTL(), 3*time.Second, "valid for node.GrantTTL before its extend")
+	before := clk.Waiters()
+	job, cancel := r.l.KeepAlive(context.Background())
+	defer cancel()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, job.Err(), "lost while the extend after the grant was in flight")
+	release()
+	waitWaiters(t, clk, before+2)
+	assert.Greater(t, r.l.TTL(), 9*time.Second, "the extend restored the TTL")
+	assert.NoError(t, job.Err())
+	cancel()
+	require.NoError(t, r.l.Unlock(context.Background()))
 }
 
 // TestGrantAfterALostReplyTakesAnAttempt: a waiter whose waiting attempt

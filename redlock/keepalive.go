@@ -71,6 +71,16 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 		}
 	}()
 	timer := func(at time.Time) clock.Timer { return clk.NewTimer(at.Sub(clk.Now())) }
+	// A command of the lock in flight may move its validity: above all
+	// the extend that follows a grant (Client.granted), without which
+	// the loss timer would be armed on the grant's shorter validity.
+	// Start once it has returned.
+	select {
+	case l.op <- struct{}{}:
+		<-l.op
+	case <-ctx.Done():
+		return
+	}
 	l.mu.Lock()
 	until, from := l.until, l.from
 	l.mu.Unlock()

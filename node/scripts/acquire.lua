@@ -12,10 +12,10 @@
 -- ARGV[6]  the grant the caller asks for (node.Key.Grant): the value a
 --          release that hands the key on to it sets, for ARGV[7] ms;
 --          "" (or absent) for a reservation instead (see hand_on)
--- ARGV[7]  how long a grant lasts, in milliseconds (node.GrantTTL):
---          shorter than the TTL, so that a waiter that died blocks the
---          key no longer than its place would have; absent: ARGV[2]
---          (clients before it counted a grant for the whole TTL)
+-- ARGV[7]  how long a grant lasts, in milliseconds (node.GrantTTL): at
+--          most the TTL and the waiter lease, so that a waiter that died
+--          blocks the key for a lease at most; absent: ARGV[2] (clients
+--          before it counted a grant for the whole TTL)
 -- Returns  "OK" (status) when the key was set, or already held the caller's
 --          token (then its TTL is set to ARGV[2], as the SET would have);
 --          otherwise {wait, ticket}: wait is the holder's PTTL in

@@ -6,8 +6,8 @@
 -- the node's milliseconds (TIME), followed by ":<end>" while a key is
 -- reserved for that waiter until end (hand_on), or by
 -- "::<ttl>:<token>:<grant>" for a waiter that asked to be granted the key
--- directly (acquire.lua's ARGV[6], node.Key.Grant): the TTL and token of
--- the attempt that registered it last; field "#" holds the last ticket
+-- directly (acquire.lua's ARGV[6], node.Key.Grant): the grant TTL
+-- (ARGV[7]) and token of the attempt that registered it last; field "#" holds the last ticket
 -- given out. The head of the queue is the live waiter with the
 -- lowest ticket, the lower tag breaking ties, among those no key is
 -- reserved for. A queue is a lock's own when KEYS[2] is KEYS[1] ..
