@@ -559,7 +559,7 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	l.grant(from, 0)
 	if short < cfg.ttl {
 		// A node grants for less than the TTL (so that a waiter that
-		// died blocks the key no longer than its place would have), from
+		// died blocks the key for a lease at most), from
 		// after the last attempt: valid that long from the attempt's
 		// start, then, until an extend restores the TTL: one round in
 		// the background (Unlock or Extend waits for it).
