@@ -595,18 +595,7 @@ func acquires(fakes []*fakeNode) (n int) {
 func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
 	before := acquires(fakes)
-	hold := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
-	t.Cleanup(release) // a failure before the close must not leave the extend waiting
-	for _, f := range fakes {
-		f.setBefore(func(ctx context.Context, op string) error {
-			if op == "extend" {
-				<-hold
-			}
-			return nil
-		})
-	}
+	release := holdExtends(t, fakes)
 	queuedAt := clk.Now()
 	clk.Advance(100 * time.Millisecond) // the release comes a while after the waiter queued
 	require.NoError(t, first.Unlock(context.Background()))
@@ -681,18 +670,7 @@ func extendCalls(fakes []*fakeNode) (n int) {
 // restored: the job is not lost meanwhile.
 func TestGrantKeepAliveWaitsForItsExtend(t *testing.T) {
 	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil, redlock.WithLostMargin(3*time.Second))
-	hold := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
-	t.Cleanup(release)
-	for _, f := range fakes {
-		f.setBefore(func(ctx context.Context, op string) error {
-			if op == "extend" {
-				<-hold
-			}
-			return nil
-		})
-	}
+	release := holdExtends(t, fakes)
 	require.NoError(t, first.Unlock(context.Background()))
 	r := receiveLock(t, ra)
 	require.NoError(t, r.err)
@@ -709,6 +687,25 @@ func TestGrantKeepAliveWaitsForItsExtend(t *testing.T) {
 	assert.NoError(t, job.Err())
 	cancel()
 	require.NoError(t, r.l.Unlock(context.Background()))
+}
+
+// holdExtends makes every extend on fakes wait until the returned
+// function is called (at the latest at the test's cleanup, so that a
+// failure before it leaves no extend waiting, and no Close with it).
+func holdExtends(t *testing.T, fakes []*fakeNode) (release func()) {
+	hold := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	for _, f := range fakes {
+		f.setBefore(func(ctx context.Context, op string) error {
+			if op == "extend" {
+				<-hold
+			}
+			return nil
+		})
+	}
+	return release
 }
 
 // TestGrantAfterALostReplyTakesAnAttempt: a waiter whose waiting attempt
