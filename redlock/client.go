@@ -271,9 +271,11 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 // client waiting for the same key take turns in FIFO order, and the lock
 // is handed from one to the next by Unlock (see Lock.Unlock). A lock that
 // another client's Unlock handed to this call directly (a grant, see
-// Lock.Token) may at first be valid for less than its TTL (for
-// node.GrantTTL, 2 s, from this call's last attempt), until one extend
-// made in the background right away restores the TTL.
+// Lock.Token) is at first valid for less than its TTL: for
+// node.GrantTTL (2 s) from this call's last attempt. If it is still
+// held half-way through that, one extend in the background restores
+// the TTL (at once under a KeepAlive whose LostMargin needs it), so
+// that a short critical section costs no extend.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(key, opts)
 	if err != nil {
@@ -538,7 +540,7 @@ func (c *Client) grantFor(cfg *config) string {
 // would have been taken by the attempt, which would have said so), so no
 // command of this call is left to change it, and the key lives there at
 // least node.GrantTTL from from, which is where the validity counts from
-// (then an extend restores the TTL). It returns nil when more than
+// (then restore extends it, if it is still held). It returns nil when more than
 // grantMaxAge has passed since from: an attempt then takes the granted
 // keys with a validity counted from now.
 func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
@@ -559,26 +561,50 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	l.grant(from, 0)
 	if short < cfg.ttl {
 		// A node grants for less than the TTL (so that a waiter that
-		// died blocks the key for a lease at most), from
-		// after the last attempt: valid that long from the attempt's
-		// start, then, until an extend restores the TTL: one round in
-		// the background (Unlock or Extend waits for it).
-		l.until = clock.Until(from, short, l.drift)
+		// died blocks the key for a lease at most), from after the
+		// last attempt: valid that long from the attempt's start, then.
+		// Most locks are unlocked well before; one that is still held
+		// half-way through is extended by its TTL then, in the
+		// background (restore).
+		l.until, l.short = clock.Until(from, short, l.drift), true
 		if c.begin() {
-			l.op <- struct{}{} // free: the lock is not handed out yet
+			l.hurry, l.restored = make(chan struct{}, 1), make(chan struct{})
+			l.restoreAt = from.Add(short / 2)
 			go l.restore()
 		}
 	}
 	return l
 }
 
-// restore is the extend by the lock's TTL of a lock that a grant made
-// valid for less (see granted); the caller has counted it in the
-// client's bg and holds l.op. If it fails, the lock stays valid for what
-// the grant gave it, and a KeepAlive extends it before then.
+// restore extends by its TTL a lock that a grant made valid for less
+// (see granted), at l.restoreAt or when hurried, unless it has been
+// unlocked or extended by then; the caller has counted it in the
+// client's bg. If the extend fails, the lock stays valid for what the
+// grant gave it, and a KeepAlive extends it before then.
 func (l *Lock) restore() {
-	defer l.end()
-	_ = l.extend(context.Background(), l.ttl)
+	defer l.c.bg.Done()
+	defer close(l.restored)
+	clk := l.c.clk
+	t := clk.NewTimer(l.restoreAt.Sub(clk.Now()))
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-l.hurry:
+	case <-l.c.done:
+		return
+	}
+	select {
+	case l.op <- struct{}{}:
+	case <-l.c.done:
+		return
+	}
+	defer func() { <-l.op }()
+	l.mu.Lock()
+	due := l.short && !l.released
+	l.mu.Unlock()
+	if due {
+		_ = l.extend(context.Background(), l.ttl)
+	}
 }
 
 // grantMaxAge bounds what a lock taken by grants loses of its validity

@@ -590,8 +590,8 @@ func acquires(fakes []*fakeNode) (n int) {
 // waiter holds the lock once a majority announced it, without another
 // acquire, with the grant as its token. A node grants for node.GrantTTL
 // (2 s of the 10 s TTL), so the lock is valid for that from the last
-// attempt's start, until one extend in the background restores the TTL;
-// its Unlock frees every node.
+// attempt's start; still held half-way through, it is extended by its
+// TTL in the background; its Unlock frees every node.
 func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
 	before := acquires(fakes)
@@ -611,15 +611,60 @@ func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 		}
 	}
 	// Valid from the last attempt for node.GrantTTL less drift (2s × 0.01
-	// + 2 ms) while the extend is held up.
+	// + 2 ms), with no extend before half of that.
 	assert.Equal(t, queuedAt.Add(2*time.Second-22*time.Millisecond), r.l.Until())
+	clk.Advance(899 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	assert.Zero(t, extendCalls(fakes), "no extend before half the grant TTL")
+	// Half-way (1 s after the last attempt), the extend is sent, and,
+	// once it lands, the lock is valid for the TTL less drift (10s × 0.01
+	// + 2 ms) from its start.
+	clk.Advance(time.Millisecond)
+	extendAt := clk.Now()
+	require.Eventually(t, func() bool { return extendCalls(fakes) == len(fakes) }, 5*time.Second, time.Millisecond,
+		"the extend half-way through the grant TTL")
+	assert.Equal(t, queuedAt.Add(2*time.Second-22*time.Millisecond), r.l.Until(), "unchanged while the extend is held up")
 	release()
-	// Then for the TTL less drift (10s × 0.01 + 2 ms) from the extend.
-	require.Eventually(t, func() bool { return r.l.Until().Equal(released.Add(10*time.Second - 102*time.Millisecond)) },
+	require.Eventually(t, func() bool { return r.l.Until().Equal(extendAt.Add(10*time.Second - 102*time.Millisecond)) },
 		5*time.Second, time.Millisecond, "the extend restores the TTL")
 	require.NoError(t, r.l.Unlock(context.Background()))
 	require.Eventually(t, func() bool { return holders(fakes, "k", "") == len(fakes) }, 5*time.Second, time.Millisecond,
 		"every node freed (Unlock returns at a majority)")
+}
+
+// TestGrantUnlockedEarlyIsNotExtended: a lock taken by grant and
+// unlocked before half the grant TTL costs no extend, then or later,
+// and leaves nothing behind (goleak checks the restore goroutine).
+func TestGrantUnlockedEarlyIsNotExtended(t *testing.T) {
+	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
+	require.NoError(t, first.Unlock(context.Background()))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	require.True(t, strings.HasPrefix(r.l.Token(), "~"), "held by grant: %q", r.l.Token())
+	clk.Advance(10 * time.Millisecond) // a short critical section
+	require.NoError(t, r.l.Unlock(context.Background()))
+	require.Eventually(t, func() bool { return holders(fakes, "k", "") == len(fakes) }, 5*time.Second, time.Millisecond,
+		"every node freed")
+	clk.Advance(5 * time.Second) // well past where the extend would have been due
+	time.Sleep(20 * time.Millisecond)
+	assert.Zero(t, extendCalls(fakes), "no extend for a lock unlocked early")
+}
+
+// TestGrantExtendedByHandIsNotExtendedAgain: an Extend made before half
+// the grant TTL is the extend after the grant; none follows it.
+func TestGrantExtendedByHandIsNotExtendedAgain(t *testing.T) {
+	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil)
+	require.NoError(t, first.Unlock(context.Background()))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	require.True(t, strings.HasPrefix(r.l.Token(), "~"), "held by grant: %q", r.l.Token())
+	require.NoError(t, r.l.Extend(context.Background(), 5*time.Second))
+	require.Equal(t, len(fakes), extendCalls(fakes))
+	clk.Advance(1500 * time.Millisecond) // past half the grant TTL
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, len(fakes), extendCalls(fakes), "no second extend")
+	assert.Greater(t, r.l.TTL(), 3*time.Second, "the Extend's validity stands")
+	require.NoError(t, r.l.Unlock(context.Background()))
 }
 
 // TestGrantKeptAliveBeforeItsExtend: when the extend that follows a
@@ -641,16 +686,17 @@ func TestGrantKeptAliveBeforeItsExtend(t *testing.T) {
 	r := receiveLock(t, ra)
 	require.NoError(t, r.err)
 	require.True(t, strings.HasPrefix(r.l.Token(), "~"), "held by grant: %q", r.l.Token())
-	require.Eventually(t, func() bool { return extendCalls(fakes) == len(fakes) }, 5*time.Second, time.Millisecond, "the extend after the grant")
-	assert.Equal(t, queuedAt.Add(2*time.Second-22*time.Millisecond), r.l.Until(), "valid for node.GrantTTL")
-
 	before := clk.Waiters()
 	job, cancel := r.l.KeepAlive(context.Background())
 	defer cancel()
-	waitWaiters(t, clk, before+2)
-	clk.Advance(700 * time.Millisecond) // a third of the 1.978 s window has passed
+	clk.Advance(time.Second) // half the grant TTL: the extend after the grant
+	require.Eventually(t, func() bool { return extendCalls(fakes) >= len(fakes) }, 5*time.Second, time.Millisecond, "the extend after the grant")
+	// It failed; KeepAlive, which waited for it, extends at once (its
+	// share of the 1.978 s window has passed) and succeeds.
 	require.Eventually(t, func() bool { return r.l.TTL() > 5*time.Second }, 5*time.Second, time.Millisecond,
 		"KeepAlive extended within the lease")
+	assert.True(t, r.l.Until().After(queuedAt.Add(2*time.Second)), "beyond node.GrantTTL")
+	waitWaiters(t, clk, before+1) // the restore's timer gone, KeepAlive's two armed
 	assert.NoError(t, job.Err())
 	cancel()
 	require.NoError(t, r.l.Unlock(context.Background()))
@@ -663,11 +709,11 @@ func extendCalls(fakes []*fakeNode) (n int) {
 	return n
 }
 
-// TestGrantKeepAliveWaitsForItsExtend: KeepAlive started while the
-// extend after a grant is in flight (as redlock run does, with a loss
-// margin of a third of the TTL, longer than the grant's validity) arms
-// its timers once that extend has returned, on the validity it
-// restored: the job is not lost meanwhile.
+// TestGrantKeepAliveWaitsForItsExtend: KeepAlive started on a lock a
+// grant made (as redlock run does, with a loss margin of a third of the
+// TTL, longer than the grant's validity) has the extend after the grant
+// sent at once, and arms its timers once it has returned, on the
+// validity it restored: the job is not lost meanwhile.
 func TestGrantKeepAliveWaitsForItsExtend(t *testing.T) {
 	fakes, _, clk, first, ra := grantSetup(t, context.Background(), nil, redlock.WithLostMargin(3*time.Second))
 	release := holdExtends(t, fakes)
@@ -679,11 +725,16 @@ func TestGrantKeepAliveWaitsForItsExtend(t *testing.T) {
 	before := clk.Waiters()
 	job, cancel := r.l.KeepAlive(context.Background())
 	defer cancel()
+	// The margin cannot wait for the extend half-way through the grant
+	// TTL: KeepAlive has it sent at once (the clock does not move).
+	require.Eventually(t, func() bool { return extendCalls(fakes) == len(fakes) }, 5*time.Second, time.Millisecond,
+		"the extend after the grant, at once")
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, job.Err(), "lost while the extend after the grant was in flight")
 	release()
-	waitWaiters(t, clk, before+2)
-	assert.Greater(t, r.l.TTL(), 9*time.Second, "the extend restored the TTL")
+	require.Eventually(t, func() bool { return r.l.TTL() > 9*time.Second }, 5*time.Second, time.Millisecond,
+		"the extend restored the TTL")
+	waitWaiters(t, clk, before+1) // the restore's timer gone, KeepAlive's two armed
 	assert.NoError(t, job.Err())
 	cancel()
 	require.NoError(t, r.l.Unlock(context.Background()))

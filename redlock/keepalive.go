@@ -71,10 +71,27 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 		}
 	}()
 	timer := func(at time.Time) clock.Timer { return clk.NewTimer(at.Sub(clk.Now())) }
-	// A command of the lock in flight may move its validity: above all
-	// the extend that follows a grant (Client.granted), without which
-	// the loss timer would be armed on the grant's shorter validity.
-	// Start once it has returned.
+	// A lock a grant made valid for less than its TTL is extended by
+	// its restore (Client.granted), which this waits for, so as not to
+	// arm the loss timer on the grant's shorter validity; at once, if
+	// the margin would not leave time for it where it is due.
+	if l.restored != nil {
+		l.mu.Lock()
+		soon := l.until.Add(-p.margin).Before(l.restoreAt.Add(2 * l.ch.maxTimeout))
+		l.mu.Unlock()
+		if soon {
+			select {
+			case l.hurry <- struct{}{}:
+			default:
+			}
+		}
+		select {
+		case <-l.restored:
+		case <-ctx.Done():
+			return
+		}
+	}
+	// Another command in flight (an Extend) may move the validity too.
 	select {
 	case l.op <- struct{}{}:
 		<-l.op

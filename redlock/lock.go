@@ -34,11 +34,22 @@ type Lock struct {
 	// attempt that made the lock, then by whoever holds op.
 	ch chain
 
-	// mu guards until and released and is held only briefly, so that
-	// TTL and Until never wait for the network.
+	// For a lock a grant made valid for less than its TTL, set by
+	// Client.granted before the Lock is handed out (nil otherwise): the
+	// restore goroutine extends it by its TTL at restoreAt, or at once
+	// when hurry is sent to (by Unlock, so that it ends, and by a
+	// KeepAlive whose margin cannot wait), and closes restored when it
+	// has run or found nothing to do.
+	hurry     chan struct{}
+	restored  chan struct{}
+	restoreAt time.Time
+
+	// mu guards until, short and released and is held only briefly, so
+	// that TTL and Until never wait for the network.
 	mu       sync.Mutex
 	until    time.Time // end of validity, on the client's clock
 	from     time.Time // start of the last round that set until
+	short    bool      // until is still a grant's (Client.granted): no extend has succeeded
 	released bool      // Unlock was called
 }
 
@@ -213,7 +224,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	inTime := l.left() > 0
 	ok := t.Reached(c.quorum) && inTime && validity > 0
 	if ok {
-		l.until, l.from = newUntil, r.Started()
+		l.until, l.from, l.short = newUntil, r.Started(), false
 	}
 	l.mu.Unlock()
 	if ok {
@@ -264,6 +275,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Unlock()
 	if released {
 		return l.notHeld("unlock", "already unlocked")
+	}
+	if l.hurry != nil {
+		select {
+		case l.hurry <- struct{}{}: // a pending restore ends, once this returns
+		default:
+		}
 	}
 	start := c.clk.Now()
 	err := l.unlock(ctx, expired)
