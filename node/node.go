@@ -246,8 +246,8 @@ func GrantValue(owner, id string) string { return "~" + owner + ":" + id }
 // TTL ttl (Key.Grant): ttl, or WaiterLease if that is less, so that a
 // grant to a waiter that has died blocks the key for a lease at most, as
 // its place in the queue would have. A waiter that holds the lock by grants counts
-// its validity for that long from its last attempt's start, then extends
-// to its TTL. Drivers send it with the grant (acquire.lua's ARGV[7]).
+// its validity for that long from its last attempt's start, and extends
+// to its TTL if it still holds the lock half-way through that. Drivers send it with the grant (acquire.lua's ARGV[7]).
 func GrantTTL(ttl time.Duration) time.Duration { return min(ttl, WaiterLease) }
 
 // GrantMessage is the message that announces grant on the waiter's

@@ -569,23 +569,27 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 		l.until, l.short = clock.Until(from, short, l.drift), true
 		if c.begin() {
 			l.hurry, l.restored = make(chan struct{}, 1), make(chan struct{})
+			// Half-way, or sooner where the node timeout needs it to land
+			// in time.
 			l.restoreAt = from.Add(short / 2)
-			go l.restore()
+			if last := l.until.Add(-l.ch.maxTimeout); last.Before(l.restoreAt) {
+				l.restoreAt = last
+			}
+			go l.restore(c.clk.NewTimer(l.restoreAt.Sub(c.clk.Now())))
 		}
 	}
 	return l
 }
 
 // restore extends by its TTL a lock that a grant made valid for less
-// (see granted), at l.restoreAt or when hurried, unless it has been
-// unlocked or extended by then; the caller has counted it in the
-// client's bg. If the extend fails, the lock stays valid for what the
-// grant gave it, and a KeepAlive extends it before then.
-func (l *Lock) restore() {
+// (see granted), when t (due at l.restoreAt) fires or when hurried,
+// unless it has been unlocked or extended by then; the caller has
+// counted it in the client's bg. If the extend fails, the lock stays
+// valid for what the grant gave it, and a KeepAlive extends it before
+// then.
+func (l *Lock) restore(t clock.Timer) {
 	defer l.c.bg.Done()
 	defer close(l.restored)
-	clk := l.c.clk
-	t := clk.NewTimer(l.restoreAt.Sub(clk.Now()))
 	defer t.Stop()
 	select {
 	case <-t.C():
@@ -609,7 +613,7 @@ func (l *Lock) restore() {
 
 // grantMaxAge bounds what a lock taken by grants loses of its validity
 // against one taken by an attempt: a tenth of its TTL, and at most half
-// of node.GrantTTL, so that the extend that follows has time to land (the
+// of node.GrantTTL, so that the restore that may follow is not late (the
 // grant's validity counts from the start of the waiter's last attempt,
 // usually less than queuePoll before; beyond the bound an attempt takes
 // the grants).

@@ -71,32 +71,30 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 		}
 	}()
 	timer := func(at time.Time) clock.Timer { return clk.NewTimer(at.Sub(clk.Now())) }
-	// A lock a grant made valid for less than its TTL is extended by
-	// its restore (Client.granted), which this waits for, so as not to
-	// arm the loss timer on the grant's shorter validity; at once, if
-	// the margin would not leave time for it where it is due.
-	if l.restored != nil {
-		l.mu.Lock()
-		soon := l.until.Add(-p.margin).Before(l.restoreAt.Add(2 * l.ch.maxTimeout))
-		l.mu.Unlock()
-		if soon {
+	// A lock a grant made valid for less than its TTL is extended by its
+	// restore (Client.granted), half-way through the grant's validity;
+	// this extends it only if that fails. Where the margin would not
+	// leave the restore time to land, it is sent at once, and the timers
+	// are armed once it has returned, on the validity it restored (one
+	// round, at most the longest node timeout).
+	var restored <-chan struct{} // the restore this waits for; nil: none
+	l.mu.Lock()
+	until, short := l.until, l.short
+	l.mu.Unlock()
+	if short && l.restored != nil {
+		restored = l.restored
+		if until.Add(-p.margin).Before(l.restoreAt.Add(l.ch.maxTimeout)) {
 			select {
 			case l.hurry <- struct{}{}:
 			default:
 			}
+			select {
+			case <-restored:
+				restored = nil
+			case <-ctx.Done():
+				return
+			}
 		}
-		select {
-		case <-l.restored:
-		case <-ctx.Done():
-			return
-		}
-	}
-	// Another command in flight (an Extend) may move the validity too.
-	select {
-	case l.op <- struct{}{}:
-		<-l.op
-	case <-ctx.Done():
-		return
 	}
 	l.mu.Lock()
 	until, from := l.until, l.from
@@ -105,13 +103,30 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 	defer func() { lost.Stop() }()
 	// Extends come the share of the TTL after the last success, or the
 	// share of what is left, sooner, for a lock valid for less than its
-	// TTL (one a grant made, until its extend lands: Client.granted).
-	first := l.ttl
-	if until.Before(clock.Until(from, l.ttl, l.drift)) {
-		first = until.Sub(from)
+	// TTL (one a grant made whose restore failed, or one extended by a
+	// shorter TTL); none while a restore is due.
+	var next clock.Timer // nil while a restore is due
+	defer func() {
+		if next != nil {
+			next.Stop()
+		}
+	}()
+	schedule := func(at time.Time) {
+		if next != nil {
+			next.Stop()
+		}
+		next = timer(at)
 	}
-	next := timer(from.Add(time.Duration(p.extendAfter * float64(first))))
-	defer func() { next.Stop() }()
+	firstExtend := func() {
+		first := l.ttl
+		if until.Before(clock.Until(from, l.ttl, l.drift)) {
+			first = until.Sub(from)
+		}
+		schedule(from.Add(time.Duration(p.extendAfter * float64(first))))
+	}
+	if restored == nil {
+		firstExtend()
+	}
 	var hold <-chan time.Time // nil: no bound
 	if p.maxHold > 0 {
 		h := timer(l.taken.Add(p.maxHold))
@@ -135,7 +150,15 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 			}
 			lose(why)
 			return
-		case <-next.C():
+		case <-restored:
+			restored = nil
+			l.mu.Lock()
+			until, from = l.until, l.from
+			l.mu.Unlock()
+			lost.Stop()
+			lost = timer(until.Add(-p.margin))
+			firstExtend()
+		case <-nextC(next):
 			ext, cancelExt = l.extendAsync(ctx)
 		case err := <-ext:
 			ext = nil
@@ -148,16 +171,24 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 				l.mu.Unlock()
 				lost.Stop()
 				lost = timer(until.Add(-p.margin))
-				next = timer(from.Add(time.Duration(p.extendAfter * float64(l.ttl))))
+				schedule(from.Add(time.Duration(p.extendAfter * float64(l.ttl))))
 			case errors.Is(err, ErrNotHeld):
 				lose(wrap("redlock", ErrLost, err))
 				return
 			default:
 				lastErr = err
-				next = timer(clk.Now().Add(retry))
+				schedule(clk.Now().Add(retry))
 			}
 		}
 	}
+}
+
+// nextC is t's channel; nil (never ready) for a nil t.
+func nextC(t clock.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
 }
 
 // extendAsync runs one Extend by the lock's TTL in a goroutine; its error

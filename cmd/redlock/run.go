@@ -21,7 +21,8 @@ const runTrailer = `The command runs as a child in its own process group, with t
 and kept alive. With --shared the hold is a read hold: any number of them at
 once, none with an exclusive one (like flock -s). With --permits N it is one
 of N permits of the semaphore KEY, a slot whose key is KEY:permit:I. It gets REDLOCK_KEY, REDLOCK_TOKEN and REDLOCK_UNTIL (the end
-of the validity when it started, RFC 3339, UTC) in its environment, and with
+of the validity when it started, RFC 3339, UTC; at most 2 s away for a lock
+another client's release handed over, before the extend that follows) in its environment, and with
 --fence REDLOCK_FENCE: the lock's fencing token, a decimal integer larger than
 that of every earlier grant of KEY, for the command to hand to storage that
 rejects writes with a smaller one.
