@@ -27,7 +27,10 @@ import (
 
 // Node is a node.Node whose clock runs at Rate times real time: every TTL
 // sent to the inner node is divided by Rate. Rate 1 (or 0) is an honest
-// clock; 1.05 runs 5% fast.
+// clock; 1.05 runs 5% fast. It is only a node.Node, not a node.Handoffer
+// (nor a Fencer or Sharer), so a client over skewed nodes neither queues
+// nor takes grants: their TTL (node.GrantTTL) is set inside the driver,
+// where it could not be scaled.
 type Node struct {
 	node.Node
 	Rate float64
