@@ -49,7 +49,7 @@ type setup struct {
 	sockTimeout time.Duration // redigo dial/read/write timeout (node.Options.Timeout default)
 	rawTimeout  time.Duration // per-call deadline of the raw floor (= our default node timeout)
 	nodeTimeout time.Duration // A's and E's WithNodeTimeout; 0 = derived from the TTL
-	checkIdle   time.Duration // A's node.Options.CheckIdle; 0 = the library's default (1s)
+	checkIdle   time.Duration // A's node.Options.CheckIdle; 0 = the library's default (100ms)
 	// goredisCtxTimeout turns E's ContextTimeoutEnabled on: go-redis then
 	// bounds reads and writes by each call's deadline (and drops the
 	// connection of a reply that missed it) instead of the nodes bounding

@@ -80,7 +80,7 @@ func main() {
 		roundD  = flag.Duration("round", 0, "duration per contender per round (default 400ms, quick 120ms)")
 		pool    = flag.Int("pool", 64, "MaxIdle = MaxActive per node, for every contender")
 		sockT   = flag.Duration("socket-timeout", time.Second, "redigo dial/read/write timeout for every pool (node.Options.Timeout default)")
-		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle (0: the library's default, 1s; negative: off); for diagnosis")
+		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle (0: the library's default, 100ms; negative: off); for diagnosis")
 		grCtx   = flag.Bool("goredis-ctx-timeout", false, "E's go-redis clients with ContextTimeoutEnabled (go-redis bounds reads and writes and drops late connections; default: the nodes bound calls from goroutines); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")

@@ -77,7 +77,7 @@ func (b *bench) latencyDiag() []diagRes {
 	defer b.heal()
 	idle := max(1200*time.Millisecond, 3*(b.p.roundDur+50*time.Millisecond))
 	variants := []diagRes{
-		{name: "A as benchmarked (CheckIdle 1s, pool 64)", pool: b.p.setup.pool},
+		{name: "A as benchmarked (CheckIdle 100ms, pool 64)", pool: b.p.setup.pool},
 		{name: "CheckIdle off", checkIdle: -1, pool: b.p.setup.pool},
 		{name: "CheckIdle off, pool 256", checkIdle: -1, pool: 256},
 	}

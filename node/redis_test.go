@@ -216,6 +216,29 @@ func TestIdleCheckWithoutRoundTrip(t *testing.T) {
 	}
 }
 
+// TestIdleCheckByDefault: with the default CheckIdle, a connection the
+// server closed (as a restart does) a few hundred milliseconds after its
+// last call is dropped when next taken, and that call succeeds on a new
+// one; a client calling a node every second or so does not lose the
+// first call after a restart to a dead connection.
+func TestIdleCheckByDefault(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{MaxActive: 1})
+	require.NoError(t, err)
+	defer r.Close()
+	ctx := context.Background()
+	_, err = r.Inspect(ctx, "k")
+	require.NoError(t, err)
+	conns := admin.Connections(t)
+	_, err = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	_, err = r.Inspect(ctx, "k")
+	require.NoError(t, err, "the first call after the server closed the idle connection")
+	assert.Equal(t, conns+1, admin.Connections(t), "a new connection in place of the closed one")
+}
+
 // TestPoolWaitIsTold: a call that times out waiting for a pooled
 // connection (all MaxActive in use) says so, apart from a node that did
 // not answer: ErrTimeout with ErrPoolWait.
