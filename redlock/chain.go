@@ -38,7 +38,7 @@ import (
 // the attempt that made it, then by whoever holds the Lock's op slot.
 type chain struct {
 	c          *Client
-	k          node.Key
+	k          *node.Key     // the lock's own (Lock.k)
 	shared     bool          // a read hold: commands go to node.Sharer
 	timeout    time.Duration // the node timeout: the round's deadline, and that of a node call unless its node is slow
 	maxTimeout time.Duration // the longest a slow node's call may take (see rto.go)
@@ -300,9 +300,9 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 	if cmd := &r.cmd; !r.ch.shared {
 		switch {
 		case cmd.op == "acquire" && !cmd.fenced:
-			return r.ch.c.nodes[i].Acquire(ctx, &r.ch.k, cmd.ttl, cmd.wait)
+			return r.ch.c.nodes[i].Acquire(ctx, r.ch.k, cmd.ttl, cmd.wait)
 		case cmd.op == "release":
-			return r.ch.c.nodes[i].Release(ctx, &r.ch.k, cmd.announce)
+			return r.ch.c.nodes[i].Release(ctx, r.ch.k, cmd.announce)
 		}
 	}
 	return r.doRare(ctx, i)
@@ -314,7 +314,7 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 //
 //go:noinline
 func (r *round) doRare(ctx context.Context, i int) (node.Result, error) {
-	n, k, cmd := r.ch.c.nodes[i], &r.ch.k, &r.cmd
+	n, k, cmd := r.ch.c.nodes[i], r.ch.k, &r.cmd
 	if r.ch.shared {
 		s := n.(node.Sharer)
 		switch cmd.op {

@@ -213,5 +213,5 @@ func (r *round) retryRelease(i int, err error) {
 	if r.prev != nil {
 		after = &r.prev[i]
 	}
-	r.ch.c.finishLater(i, release{k: r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
+	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
 }

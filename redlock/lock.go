@@ -57,7 +57,7 @@ type Lock struct {
 // it holds nothing until grant.
 func newLock(c *Client, k node.Key, cfg *config) *Lock {
 	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep, local: cfg.local}
-	l.ch = chain{c: c, k: k, shared: cfg.shared, timeout: cfg.timeout(), maxTimeout: cfg.maxTimeout()}
+	l.ch = chain{c: c, k: &l.k, shared: cfg.shared, timeout: cfg.timeout(), maxTimeout: cfg.maxTimeout()}
 	return l
 }
 
