@@ -404,32 +404,60 @@ func (ch *chain) finish(s *step, res node.Result, err error) {
 	ch.mu.Unlock()
 }
 
-// landed reports whether step s is done, without waiting.
+// landed reports whether step s is done, without waiting: its call has
+// returned, and if it gave up before its reply came, the driver has read
+// that reply or stopped waiting for it (node.Pending), so the command
+// will not run on the node after a next one.
 func (ch *chain) landed(s *step) bool {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	return s.done
-}
-
-// await waits until step s is done, and reports whether it is; it gives
-// up when stop is closed (nil never stops).
-func (ch *chain) await(s *step, stop <-chan struct{}) bool {
-	ch.mu.Lock()
-	if s.done {
-		ch.mu.Unlock()
-		return true
-	}
-	if s.wake == nil {
-		s.wake = make(chan struct{})
-	}
-	wake := s.wake
+	done, err := s.done, s.err
 	ch.mu.Unlock()
-	select {
-	case <-wake:
-		return true
-	case <-stop:
+	if !done {
 		return false
 	}
+	if err == nil {
+		return true
+	}
+	if p := node.Pending(err); p != nil {
+		select {
+		case <-p:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// await waits until step s has landed (see landed), and reports whether
+// it has; it gives up when stop is closed (nil never stops).
+func (ch *chain) await(s *step, stop <-chan struct{}) bool {
+	ch.mu.Lock()
+	if !s.done {
+		if s.wake == nil {
+			s.wake = make(chan struct{})
+		}
+		wake := s.wake
+		ch.mu.Unlock()
+		select {
+		case <-wake:
+		case <-stop:
+			return false
+		}
+		ch.mu.Lock()
+	}
+	err := s.err
+	ch.mu.Unlock()
+	if err == nil {
+		return true
+	}
+	if p := node.Pending(err); p != nil {
+		select {
+		case <-p:
+		case <-stop:
+			return false
+		}
+	}
+	return true
 }
 
 // wait blocks until the commands last issued to the nodes in which return.

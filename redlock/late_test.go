@@ -1,0 +1,77 @@
+package redlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// lateNode is a fakeNode whose first acquire gives up before its reply
+// comes, as the redigo node's call does at its deadline: it returns a
+// timeout that is node.Pending, and the SET runs on the node only when
+// the test lands it (land), which then closes the pending channel.
+type lateNode struct {
+	*fakeNode
+	once    sync.Once
+	pending chan struct{}
+	mu      sync.Mutex
+	late    func() // the SET still to run; nil once run
+}
+
+func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	first := false
+	n.once.Do(func() { first = true })
+	if !first {
+		return n.fakeNode.Acquire(ctx, k, ttl, holderTTL)
+	}
+	kc := *k
+	n.mu.Lock()
+	n.late = func() { _, _ = n.fakeNode.Acquire(context.Background(), &kc, ttl, holderTTL) }
+	n.mu.Unlock()
+	e := &node.Error{Addr: n.addr, Op: "acquire", Kind: node.ErrTimeout, Err: context.DeadlineExceeded}
+	return node.Result{}, e.WithPending(n.pending)
+}
+
+// land runs the late SET on the node, then tells that its reply came.
+func (n *lateNode) land() {
+	n.mu.Lock()
+	late := n.late
+	n.late = nil
+	n.mu.Unlock()
+	late()
+	close(n.pending)
+}
+
+// TestLateAcquireIsReleasedAfterItLands: a node's acquire that gave up
+// before its reply came may still run there; the lock's Unlock sends
+// that node its release only once the driver has the late reply
+// (node.Pending), so the late SET cannot outlive the lock on the node.
+func TestLateAcquireIsReleasedAfterItLands(t *testing.T) {
+	fakes, _, _ := setup(t, 3)
+	clk := fakes[0].clk
+	late := &lateNode{fakeNode: fakes[0], pending: make(chan struct{})}
+	nodes := []node.Node{late, fakes[1], fakes[2]}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err, "held on the two nodes that answered")
+	require.NoError(t, l.Unlock(ctx), "released on the two nodes that answered")
+	time.Sleep(20 * time.Millisecond)
+	assert.Zero(t, fakes[0].count("release"), "no release on node 0 while its acquire may still run there")
+
+	late.land() // the SET runs on node 0 after all
+	require.Eventually(t, func() bool { return fakes[0].token("k") == "" }, 5*time.Second, time.Millisecond,
+		"node 0 released once the late reply came")
+	assert.Equal(t, 1, fakes[0].count("release"))
+	assert.Equal(t, 3, holders(fakes, "k", ""), "no key left")
+}
