@@ -17,7 +17,9 @@ import (
 // in the order they were issued:
 //
 // A command on a node waits until the lock's previous command on that node
-// has returned. A release sent while the SET is still in flight could be
+// has returned, and, if that call gave up before its reply came, until the
+// driver has read the late reply or given up on it (node.Pending). A
+// release sent while the SET is still in flight could be
 // overtaken by it and leave the key behind for a TTL; a short extend
 // overtaken by a later long one could make the node count for the long one
 // while its key dies early. The wait ends with the round's deadline (one
@@ -239,6 +241,8 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 		defer cancel()
 	}
 	if !r.ch.await(prev, ctx.Done()) {
+		// Not sent: until prev has landed, this step stands for it.
+		r.next[i].via = prev
 		return node.Result{}, false, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
 	}
 	if r.passes(i, prev) {
@@ -404,26 +408,38 @@ func (ch *chain) finish(s *step, res node.Result, err error) {
 	ch.mu.Unlock()
 }
 
-// landed reports whether step s is done, without waiting: its call has
-// returned, and if it gave up before its reply came, the driver has read
-// that reply or stopped waiting for it (node.Pending), so the command
-// will not run on the node after a next one.
+// landed reports whether step s has landed, without waiting: its call
+// has returned; if it gave up before its reply came, the driver has read
+// that reply or stopped waiting for it (node.Pending), so its command
+// will not run on the node after a next one; and if it was not sent (the
+// breaker skipped it, or its own predecessor had not landed: s.via), the
+// command it stands for has landed too.
 func (ch *chain) landed(s *step) bool {
-	ch.mu.Lock()
-	done, err := s.done, s.err
-	ch.mu.Unlock()
-	if !done {
-		return false
-	}
-	if err == nil {
-		return true
-	}
-	if p := node.Pending(err); p != nil {
-		select {
-		case <-p:
-		default:
+	for s != nil {
+		ch.mu.Lock()
+		done := s.done
+		var (
+			err error
+			via *step
+		)
+		if done { // written before done was set
+			err, via = s.err, s.via
+		}
+		ch.mu.Unlock()
+		if !done {
 			return false
 		}
+		if err == nil {
+			return true
+		}
+		if p := node.Pending(err); p != nil {
+			select {
+			case <-p:
+			default:
+				return false
+			}
+		}
+		s = via
 	}
 	return true
 }
@@ -431,39 +447,55 @@ func (ch *chain) landed(s *step) bool {
 // await waits until step s has landed (see landed), and reports whether
 // it has; it gives up when stop is closed (nil never stops).
 func (ch *chain) await(s *step, stop <-chan struct{}) bool {
-	ch.mu.Lock()
-	if !s.done {
-		if s.wake == nil {
-			s.wake = make(chan struct{})
-		}
-		wake := s.wake
-		ch.mu.Unlock()
-		select {
-		case <-wake:
-		case <-stop:
+	for s != nil {
+		if !ch.returned(s, stop) {
 			return false
 		}
 		ch.mu.Lock()
-	}
-	err := s.err
-	ch.mu.Unlock()
-	if err == nil {
-		return true
-	}
-	if p := node.Pending(err); p != nil {
-		select {
-		case <-p:
-		case <-stop:
-			return false
+		err, via := s.err, s.via
+		ch.mu.Unlock()
+		if err == nil {
+			return true
 		}
+		if p := node.Pending(err); p != nil {
+			select {
+			case <-p:
+			case <-stop:
+				return false
+			}
+		}
+		s = via
 	}
 	return true
 }
 
-// wait blocks until the commands last issued to the nodes in which return.
+// returned waits until step s's call has returned (or was not sent), and
+// reports whether it has; it gives up when stop is closed (nil never
+// stops). Unlike await, it does not wait for a late reply.
+func (ch *chain) returned(s *step, stop <-chan struct{}) bool {
+	ch.mu.Lock()
+	if s.done {
+		ch.mu.Unlock()
+		return true
+	}
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	wake := s.wake
+	ch.mu.Unlock()
+	select {
+	case <-wake:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// wait blocks until the commands last issued to the nodes in which return
+// (not for their late replies: nothing follows them, see rollback).
 func (ch *chain) wait(which []int) {
 	for _, i := range which {
-		ch.await(&ch.tail[i], nil)
+		ch.returned(&ch.tail[i], nil)
 	}
 }
 

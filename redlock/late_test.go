@@ -75,3 +75,32 @@ func TestLateAcquireIsReleasedAfterItLands(t *testing.T) {
 	assert.Equal(t, 1, fakes[0].count("release"))
 	assert.Equal(t, 3, holders(fakes, "k", ""), "no key left")
 }
+
+// TestLateAcquireHoldsBackCommandsNotSent: a command that was not sent to
+// the node (its round ended while the late acquire had not landed)
+// stands for that acquire: the release after it still waits for the
+// late reply.
+func TestLateAcquireHoldsBackCommandsNotSent(t *testing.T) {
+	fakes, _, _ := setup(t, 3)
+	clk := fakes[0].clk
+	late := &lateNode{fakeNode: fakes[0], pending: make(chan struct{})}
+	nodes := []node.Node{late, fakes[1], fakes[2]}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, 10*time.Second), "extended on the two nodes that answered")
+	time.Sleep(300 * time.Millisecond) // the extend's round ends: not sent to node 0
+	assert.Zero(t, fakes[0].count("extend"), "the extend waited for the late acquire, and was not sent")
+	require.NoError(t, l.Unlock(ctx))
+	time.Sleep(20 * time.Millisecond)
+	assert.Zero(t, fakes[0].count("release"), "no release on node 0 while its acquire may still run there")
+
+	late.land()
+	require.Eventually(t, func() bool { return fakes[0].token("k") == "" }, 5*time.Second, time.Millisecond,
+		"node 0 released once the late reply came")
+	assert.Equal(t, 3, holders(fakes, "k", ""), "no key left")
+}
