@@ -386,8 +386,9 @@ func (n *redisNode) run(ctx context.Context, op string, s *redis.Script, keys []
 			args[0] = g
 		}
 	}
-	ch := make(chan reply, 1)
+	ch, ended := make(chan reply, 1), make(chan struct{})
 	go func() {
+		defer close(ended)
 		v, err := result(s.Run(ctx, n.client, keys, args...))
 		ch <- reply{v, err}
 	}()
@@ -401,7 +402,10 @@ func (n *redisNode) run(ctx context.Context, op string, s *redis.Script, keys []
 		select {
 		case r = <-ch: // finished at the same moment: the reply counts
 		default:
-			return nil, n.fail(op, ctx.Err())
+			// The command may have been written and may still run on
+			// the node: the lock's next command there waits until this
+			// one has ended (node.Pending).
+			return nil, pending(n.fail(op, ctx.Err()), ended)
 		}
 	}
 	if r.err != nil {
@@ -483,6 +487,15 @@ func (n *redisNode) fail(op string, err error) error {
 		return nil
 	}
 	return node.Fail(n.addr, op, kind(err), err)
+}
+
+// pending is err (a *node.Error from fail) telling that its command's end
+// is still to come: ended closes then (see node.Pending).
+func pending(err error, ended <-chan struct{}) error {
+	if ne, ok := err.(*node.Error); ok {
+		return ne.WithPending(ended)
+	}
+	return err
 }
 
 // kind is the kind of the errors only go-redis makes, or nil for the
