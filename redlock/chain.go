@@ -408,51 +408,27 @@ func (ch *chain) finish(s *step, res node.Result, err error) {
 	ch.mu.Unlock()
 }
 
-// landed reports whether step s has landed, without waiting: its call
-// has returned; if it gave up before its reply came, the driver has read
-// that reply or stopped waiting for it (node.Pending), so its command
-// will not run on the node after a next one; and if it was not sent (the
-// breaker skipped it, or its own predecessor had not landed: s.via), the
-// command it stands for has landed too.
-func (ch *chain) landed(s *step) bool {
-	for s != nil {
-		ch.mu.Lock()
-		done := s.done
-		var (
-			err error
-			via *step
-		)
-		if done { // written before done was set
-			err, via = s.err, s.via
-		}
-		ch.mu.Unlock()
-		if !done {
-			return false
-		}
-		if err == nil {
-			return true
-		}
-		if p := node.Pending(err); p != nil {
-			select {
-			case <-p:
-			default:
-				return false
-			}
-		}
-		s = via
-	}
-	return true
-}
+// landed reports whether step s has landed (see await), without waiting.
+func (ch *chain) landed(s *step) bool { return ch.await(s, closedStop) }
 
-// await waits until step s has landed (see landed), and reports whether
-// it has; it gives up when stop is closed (nil never stops).
+// closedStop is a stop channel that has already stopped: await with it
+// only looks.
+var closedStop = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// await waits until step s has landed, and reports whether it has; it
+// gives up when stop is closed (nil never stops). A step has landed when
+// its call has returned; if it gave up before its reply came, the driver
+// has read that reply or stopped waiting for it (node.Pending), so its
+// command will not run on the node after a next one; and if it was not
+// sent (the breaker skipped it, or its own predecessor had not landed:
+// s.via), the command it stands for has landed too.
 func (ch *chain) await(s *step, stop <-chan struct{}) bool {
 	for s != nil {
 		if !ch.returned(s, stop) {
 			return false
 		}
 		ch.mu.Lock()
-		err, via := s.err, s.via
+		err, via := s.err, s.via // written before done was set
 		ch.mu.Unlock()
 		if err == nil {
 			return true
@@ -460,8 +436,12 @@ func (ch *chain) await(s *step, stop <-chan struct{}) bool {
 		if p := node.Pending(err); p != nil {
 			select {
 			case <-p:
-			case <-stop:
-				return false
+			default: // p first: stop may be closed already (landed)
+				select {
+				case <-p:
+				case <-stop:
+					return false
+				}
 			}
 		}
 		s = via
