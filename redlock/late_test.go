@@ -49,18 +49,24 @@ func (n *lateNode) land() {
 	close(n.pending)
 }
 
+// lateSetup is a client over three fake nodes with the node timeout
+// given, node 0 a lateNode.
+func lateSetup(t *testing.T, timeout time.Duration) ([]*fakeNode, *lateNode, *redlock.Client) {
+	t.Helper()
+	fakes, _, _ := setup(t, 3)
+	late := &lateNode{fakeNode: fakes[0], pending: make(chan struct{})}
+	c, err := redlock.New([]node.Node{late, fakes[1], fakes[2]}, redlock.WithClock(fakes[0].clk), redlock.WithNodeTimeout(timeout))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return fakes, late, c
+}
+
 // TestLateAcquireIsReleasedAfterItLands: a node's acquire that gave up
 // before its reply came may still run there; the lock's Unlock sends
 // that node its release only once the driver has the late reply
 // (node.Pending), so the late SET cannot outlive the lock on the node.
 func TestLateAcquireIsReleasedAfterItLands(t *testing.T) {
-	fakes, _, _ := setup(t, 3)
-	clk := fakes[0].clk
-	late := &lateNode{fakeNode: fakes[0], pending: make(chan struct{})}
-	nodes := []node.Node{late, fakes[1], fakes[2]}
-	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(500*time.Millisecond))
-	require.NoError(t, err)
-	defer c.Close()
+	fakes, late, c := lateSetup(t, 500*time.Millisecond)
 	ctx := context.Background()
 
 	l, err := c.TryLock(ctx, "k")
@@ -81,13 +87,7 @@ func TestLateAcquireIsReleasedAfterItLands(t *testing.T) {
 // stands for that acquire: the release after it still waits for the
 // late reply.
 func TestLateAcquireHoldsBackCommandsNotSent(t *testing.T) {
-	fakes, _, _ := setup(t, 3)
-	clk := fakes[0].clk
-	late := &lateNode{fakeNode: fakes[0], pending: make(chan struct{})}
-	nodes := []node.Node{late, fakes[1], fakes[2]}
-	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	defer c.Close()
+	fakes, late, c := lateSetup(t, 100*time.Millisecond)
 	ctx := context.Background()
 
 	l, err := c.TryLock(ctx, "k")
