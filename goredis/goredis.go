@@ -405,7 +405,7 @@ func (n *redisNode) run(ctx context.Context, op string, s *redis.Script, keys []
 			// The command may have been written and may still run on
 			// the node: the lock's next command there waits until this
 			// one has ended (node.Pending).
-			return nil, pending(n.fail(op, ctx.Err()), ended)
+			return nil, node.WithPending(n.fail(op, ctx.Err()), ended)
 		}
 	}
 	if r.err != nil {
@@ -487,15 +487,6 @@ func (n *redisNode) fail(op string, err error) error {
 		return nil
 	}
 	return node.Fail(n.addr, op, kind(err), err)
-}
-
-// pending is err (a *node.Error from fail) telling that its command's end
-// is still to come: ended closes then (see node.Pending).
-func pending(err error, ended <-chan struct{}) error {
-	if ne, ok := err.(*node.Error); ok {
-		return ne.WithPending(ended)
-	}
-	return err
 }
 
 // kind is the kind of the errors only go-redis makes, or nil for the

@@ -127,19 +127,23 @@ type Error struct {
 	pending <-chan struct{} // see Pending; nil: nothing to wait for
 }
 
-// WithPending returns a copy of e that tells (Pending) that the call's
-// command was sent and its reply is still to come: pending is closed
-// once the driver has read that reply or stopped waiting for it. A
-// driver that keeps a connection to read a late reply (as the redigo
-// node does) returns its timeouts so.
-func (e *Error) WithPending(pending <-chan struct{}) *Error {
+// WithPending returns err, a call's *Error, telling (Pending) that the
+// call's command was sent and its reply is still to come: pending is
+// closed once the driver has read that reply or stopped waiting for it.
+// A driver that keeps a connection to read a late reply (as the redigo
+// node does) returns its timeouts so. Any other err is returned as it is.
+func WithPending(err error, pending <-chan struct{}) error {
+	e, ok := err.(*Error)
+	if !ok {
+		return err
+	}
 	c := *e
 	c.pending = pending
 	return &c
 }
 
 // Pending returns, for err of a call that gave up before its reply came
-// (see Error.WithPending), a channel closed once the driver has read
+// (see WithPending), a channel closed once the driver has read
 // that reply or stopped waiting for it; nil for any other error. The
 // command may still run on the node until then, so a lock's next
 // command there waits for it: a release sent sooner could find nothing

@@ -653,7 +653,7 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		// connection.
 		landed := make(chan struct{})
 		go r.drainLate(conn, start, deadline.Sub(start), landed)
-		return nil, r.fail(op, context.DeadlineExceeded).(*Error).WithPending(landed)
+		return nil, WithPending(r.fail(op, context.DeadlineExceeded), landed)
 	}
 	conn.Close()
 	return nil, r.fail(op, err)

@@ -36,7 +36,7 @@ func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, 
 	n.late = func() { _, _ = n.fakeNode.Acquire(context.Background(), &kc, ttl, holderTTL) }
 	n.mu.Unlock()
 	e := &node.Error{Addr: n.addr, Op: "acquire", Kind: node.ErrTimeout, Err: context.DeadlineExceeded}
-	return node.Result{}, e.WithPending(n.pending)
+	return node.Result{}, node.WithPending(e, n.pending)
 }
 
 // land runs the late SET on the node, then tells that its reply came.
