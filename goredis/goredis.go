@@ -386,9 +386,8 @@ func (n *redisNode) run(ctx context.Context, op string, s *redis.Script, keys []
 			args[0] = g
 		}
 	}
-	ch, ended := make(chan reply, 1), make(chan struct{})
+	ch := make(chan reply, 1)
 	go func() {
-		defer close(ended)
 		v, err := result(s.Run(ctx, n.client, keys, args...))
 		ch <- reply{v, err}
 	}()
@@ -402,10 +401,7 @@ func (n *redisNode) run(ctx context.Context, op string, s *redis.Script, keys []
 		select {
 		case r = <-ch: // finished at the same moment: the reply counts
 		default:
-			// The command may have been written and may still run on
-			// the node: the lock's next command there waits until this
-			// one has ended (node.Pending).
-			return nil, node.WithPending(n.fail(op, ctx.Err()), ended)
+			return nil, n.fail(op, ctx.Err())
 		}
 	}
 	if r.err != nil {

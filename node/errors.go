@@ -123,37 +123,6 @@ type Error struct {
 	Op   string // acquire, extend, release, inspect, dial
 	Kind error  // one of the sentinels above, or nil when unclassified
 	Err  error  // the underlying error
-
-	pending <-chan struct{} // see Pending; nil: nothing to wait for
-}
-
-// WithPending returns err, a call's *Error, telling (Pending) that the
-// call's command was sent and its reply is still to come: pending is
-// closed once the driver has read that reply or stopped waiting for it.
-// A driver that keeps a connection to read a late reply (as the redigo
-// node does) returns its timeouts so. Any other err is returned as it is.
-func WithPending(err error, pending <-chan struct{}) error {
-	e, ok := err.(*Error)
-	if !ok {
-		return err
-	}
-	c := *e
-	c.pending = pending
-	return &c
-}
-
-// Pending returns, for err of a call that gave up before its reply came
-// (see WithPending), a channel closed once the driver has read
-// that reply or stopped waiting for it; nil for any other error. The
-// command may still run on the node until then, so a lock's next
-// command there waits for it: a release sent sooner could find nothing
-// and be followed by a late SET that leaves the key for its TTL.
-func Pending(err error) <-chan struct{} {
-	var ne *Error
-	if errors.As(err, &ne) {
-		return ne.pending
-	}
-	return nil
 }
 
 // Error formats as "node ADDR: OP: KIND: cause".

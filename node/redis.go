@@ -651,9 +651,8 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		// the call had, and give the connection back then. Only a reply
 		// later still, or one that stopped half-way, costs the
 		// connection.
-		landed := make(chan struct{})
-		go r.drainLate(conn, start, deadline.Sub(start), landed)
-		return nil, WithPending(r.fail(op, context.DeadlineExceeded), landed)
+		go r.drainLate(conn, start, deadline.Sub(start))
+		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	conn.Close()
 	return nil, r.fail(op, err)
@@ -663,10 +662,8 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 // then gives c back to the pool (which drops it if the read failed).
 // Until then c counts against MaxActive, which bounds these goroutines.
 // A reply that comes (an error reply too) is recorded for LastLate, with
-// its round trip from the call's start. landed is closed at the end (see
-// Pending).
-func (r *Redis) drainLate(c redis.Conn, start time.Time, wait time.Duration, landed chan<- struct{}) {
-	defer close(landed)
+// its round trip from the call's start.
+func (r *Redis) drainLate(c redis.Conn, start time.Time, wait time.Duration) {
 	_, err := redis.ReceiveWithTimeout(c, wait)
 	if _, answer := err.(redis.Error); err == nil || answer {
 		now := time.Now()

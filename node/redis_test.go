@@ -114,22 +114,9 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 	assert.Equal(t, node.Unknown, res.Status)
 	at, _ := r.LastLate()
 	assert.True(t, at.IsZero(), "no late reply yet")
-	// The call says its SET may still run: until the late reply is read.
-	pending := node.Pending(err)
-	require.NotNil(t, pending, "a timeout whose reply is still to come is Pending")
-	select {
-	case <-pending:
-		t.Fatal("pending closed before the late reply came")
-	default:
-	}
 	require.NoError(t, <-stalled)
 	require.Eventually(t, func() bool { at, _ := r.LastLate(); return !at.IsZero() }, 5*time.Second, time.Millisecond,
 		"the late reply is recorded: the node is slow, not down")
-	select {
-	case <-pending:
-	case <-time.After(5 * time.Second):
-		t.Fatal("pending not closed after the late reply was read")
-	}
 	at, rtt := r.LastLate()
 	assert.Less(t, time.Since(at), 5*time.Second)
 	assert.Greater(t, rtt, 200*time.Millisecond, "its round trip outlasted the 200ms deadline")

@@ -17,9 +17,7 @@ import (
 // in the order they were issued:
 //
 // A command on a node waits until the lock's previous command on that node
-// has returned, and, if that call gave up before its reply came, until the
-// driver has read the late reply or given up on it (node.Pending). A
-// release sent while the SET is still in flight could be
+// has returned. A release sent while the SET is still in flight could be
 // overtaken by it and leave the key behind for a TTL; a short extend
 // overtaken by a later long one could make the node count for the long one
 // while its key dies early. The wait ends with the round's deadline (one
@@ -241,8 +239,6 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 		defer cancel()
 	}
 	if !r.ch.await(prev, ctx.Done()) {
-		// Not sent: until prev has landed, this step stands for it.
-		r.next[i].via = prev
 		return node.Result{}, false, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
 	}
 	if r.passes(i, prev) {
@@ -408,51 +404,16 @@ func (ch *chain) finish(s *step, res node.Result, err error) {
 	ch.mu.Unlock()
 }
 
-// landed reports whether step s has landed (see await), without waiting.
-func (ch *chain) landed(s *step) bool { return ch.await(s, closedStop) }
-
-// closedStop is a stop channel that has already stopped: await with it
-// only looks.
-var closedStop = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// await waits until step s has landed, and reports whether it has; it
-// gives up when stop is closed (nil never stops). A step has landed when
-// its call has returned; if it gave up before its reply came, the driver
-// has read that reply or stopped waiting for it (node.Pending), so its
-// command will not run on the node after a next one; and if it was not
-// sent (the breaker skipped it, or its own predecessor had not landed:
-// s.via), the command it stands for has landed too.
-func (ch *chain) await(s *step, stop <-chan struct{}) bool {
-	for s != nil {
-		if !ch.returned(s, stop) {
-			return false
-		}
-		ch.mu.Lock()
-		err, via := s.err, s.via // written before done was set
-		ch.mu.Unlock()
-		if err == nil {
-			return true
-		}
-		if p := node.Pending(err); p != nil {
-			select {
-			case <-p:
-			default: // p first: stop may be closed already (landed)
-				select {
-				case <-p:
-				case <-stop:
-					return false
-				}
-			}
-		}
-		s = via
-	}
-	return true
+// landed reports whether step s is done, without waiting.
+func (ch *chain) landed(s *step) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return s.done
 }
 
-// returned waits until step s's call has returned (or was not sent), and
-// reports whether it has; it gives up when stop is closed (nil never
-// stops). Unlike await, it does not wait for a late reply.
-func (ch *chain) returned(s *step, stop <-chan struct{}) bool {
+// await waits until step s is done, and reports whether it is; it gives
+// up when stop is closed (nil never stops).
+func (ch *chain) await(s *step, stop <-chan struct{}) bool {
 	ch.mu.Lock()
 	if s.done {
 		ch.mu.Unlock()
@@ -471,11 +432,10 @@ func (ch *chain) returned(s *step, stop <-chan struct{}) bool {
 	}
 }
 
-// wait blocks until the commands last issued to the nodes in which return
-// (not for their late replies: nothing follows them, see rollback).
+// wait blocks until the commands last issued to the nodes in which return.
 func (ch *chain) wait(which []int) {
 	for _, i := range which {
-		ch.returned(&ch.tail[i], nil)
+		ch.await(&ch.tail[i], nil)
 	}
 }
 

@@ -292,10 +292,7 @@ func (c *Client) leaveWaiters(key, queue, grant string, shared bool, l *Lock) {
 			defer c.bg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
 			defer cancel()
-			// The acquire's return is enough (not its late reply, which
-			// would leave Leave too little of ctx): a registration it
-			// makes late lapses with its lease.
-			if acq != nil && l.ch.returned(acq, ctx.Done()) && l.ch.stepSet(acq) {
+			if acq != nil && l.ch.await(acq, ctx.Done()) && l.ch.stepSet(acq) {
 				return // the node set the key, and dropped the registration with it
 			}
 			ok, gen := c.allow(i)
