@@ -204,7 +204,9 @@ func TestSlowNodeTimeoutAdapts(t *testing.T) {
 	}
 	assert.Positive(t, ok.Load(), "calls to the slow node succeed once its timeout has grown")
 	// Without the adaptation every one of them fails; with it, a
-	// scheduling stall of this loaded machine may still time one out
-	// (make test saw 1 of 60 once).
-	assert.LessOrEqual(t, failed.Load()*10, ok.Load(), "calls to the slow node still fail after 30 cycles (300ms+): %d failed, %d answered", failed.Load(), ok.Load())
+	// scheduling stall of this loaded machine may still time some out
+	// (make test saw 1 of 60 once, and 4 to 6 of about 40 in three runs
+	// in a row of 2026-11-27 on a busier host, the test alone passing 6
+	// of 6 then): a fifth tells the two apart.
+	assert.LessOrEqual(t, failed.Load()*5, ok.Load(), "calls to the slow node still fail after 30 cycles (300ms+): %d failed, %d answered", failed.Load(), ok.Load())
 }
