@@ -20,7 +20,10 @@ import (
 // has returned. A release sent while the SET is still in flight could be
 // overtaken by it and leave the key behind for a TTL; a short extend
 // overtaken by a later long one could make the node count for the long one
-// while its key dies early. The wait ends with the round's deadline (one
+// while its key dies early. A plain release is the exception: it goes at
+// once, and again after the previous command has returned unless its
+// first answer (Done: the key held the token) shows it was not overtaken
+// (see early). The wait ends with the round's deadline (one
 // node timeout after the round began); a command still waiting then is not
 // sent at all, so commands queued behind a silent node never form a chain
 // that outlives a node timeout. A command sent after waiting for more than
@@ -175,6 +178,11 @@ func (r *round) Call(i int) (node.Result, error) {
 	switch {
 	case r.cmd.fromTail != nil && !r.cmd.from.ch.landed(&r.cmd.fromTail[i]):
 		res, err = r.afterFrom(i)
+	case prev != nil && r.ahead() && !r.ch.landed(prev):
+		res, passes, err = r.early(i, prev)
+		if passes {
+			return r.passed(i, prev)
+		}
 	case prev != nil && !r.ch.landed(prev):
 		res, passes, err = r.late(i, prev)
 		if passes {
@@ -254,6 +262,47 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 		defer cancel2()
 	}
 	res, err = r.do(ctx, i, prev)
+	return res, false, err
+}
+
+// ahead reports whether the round's command goes to a node before the
+// lock's previous command there has returned: a plain release (an Unlock
+// or a rollback of an exclusive lock that no transfer freed anywhere).
+// Its answer says whether it overtook the previous command (see early);
+// a read hold's release cannot tell (release_shared.lua answers Done
+// where other readers hold the key), so it waits as every other command
+// does.
+func (r *round) ahead() bool {
+	return r.cmd.op == "release" && !r.ch.shared && r.cmd.freed == nil
+}
+
+// early is Call's release on node i when the lock's previous command
+// there (usually the acquire's SET, still on its way) has not returned:
+// the release is sent at once, as if it had. Done (the key held the
+// token) is final: the previous command had run. Anything else may mean
+// the release overtook it, a SET that would then set the key after the
+// release found nothing there, so the release goes again once the
+// previous command has returned, as late sends it (or not at all, where
+// that command proved the key is not ours). The common straggler of an
+// acquire that returned at the majority answers moments later; a
+// release that waited for it cost the cycle a wake-up and a round trip
+// after it.
+func (r *round) early(i int, prev *step) (res node.Result, passes bool, err error) {
+	ctx, cancel := r.callCtx(i)
+	res, err = r.do(ctx, i, prev)
+	if cancel != nil {
+		cancel()
+	}
+	switch {
+	case err == nil && res.Status == node.Done:
+		return res, false, nil
+	case err == nil:
+		return r.late(i, prev)
+	}
+	// The release failed: whether a key of the lock is left there (see
+	// reached) depends on the previous command, whose call ends within
+	// its own deadline.
+	r.ch.await(prev, nil)
 	return res, false, err
 }
 
