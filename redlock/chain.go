@@ -20,10 +20,10 @@ import (
 // has returned. A release sent while the SET is still in flight could be
 // overtaken by it and leave the key behind for a TTL; a short extend
 // overtaken by a later long one could make the node count for the long one
-// while its key dies early. A plain release is the exception: it goes at
-// once, and again after the previous command has returned unless its
-// first answer (Done: the key held the token) shows it was not overtaken
-// (see early). The wait ends with the round's deadline (one
+// while its key dies early. A release is the exception: it goes at once,
+// and again after the previous command has returned unless its first
+// answer (Done: the key held the token) shows it was not overtaken (see
+// early). The wait ends with the round's deadline (one
 // node timeout after the round began); a command still waiting then is not
 // sent at all, so commands queued behind a silent node never form a chain
 // that outlives a node timeout. A command sent after waiting for more than
@@ -201,8 +201,15 @@ func (r *round) Call(i int) (node.Result, error) {
 	if c.rtts != nil {
 		c.adapt(i, took, err)
 	}
-	if err != nil && r.cmd.op == "release" {
-		r.retryRelease(i, err)
+	if r.cmd.op == "release" {
+		switch {
+		case err != nil:
+			r.retryRelease(i, err)
+		case res.Status == node.Absent && prev != nil:
+			// (prev has returned: a release that found nothing was sent
+			// after it, see early.)
+			r.watchRelease(i, prev)
+		}
 	}
 	if c.cfg.hooks.NodeCall != nil {
 		c.callDone(i, r.cmd.op, c.clk.Since(start), err)
@@ -266,14 +273,12 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 }
 
 // ahead reports whether the round's command goes to a node before the
-// lock's previous command there has returned: a plain release (an Unlock
-// or a rollback of an exclusive lock that no transfer freed anywhere).
-// Its answer says whether it overtook the previous command (see early);
-// a read hold's release cannot tell (release_shared.lua answers Done
-// where other readers hold the key), so it waits as every other command
-// does.
+// lock's previous command there has returned: a release (of an Unlock or
+// a rollback) that follows no transfer. Its answer says whether it
+// overtook the previous command (see early): release.lua and
+// release_shared.lua answer Done only where they found the token.
 func (r *round) ahead() bool {
-	return r.cmd.op == "release" && !r.ch.shared && r.cmd.freed == nil
+	return r.cmd.op == "release" && r.cmd.freed == nil
 }
 
 // early is Call's release on node i when the lock's previous command

@@ -45,6 +45,11 @@ type release struct {
 	until    time.Time // on the client's clock: the key has expired by then
 	ch       *chain    // the lock's chain, and
 	after    *step     // its command on the node that must return first (nil: none)
+	// watch: the release answered that the key is absent after the
+	// lock's previous command on the node had failed (see
+	// watchRelease); it is sent again, as long as the key could still
+	// be set, until it finds the token, and is not reported at Close.
+	watch bool
 }
 
 // finisher is one node's queue of releases to finish.
@@ -109,7 +114,9 @@ func (c *Client) finishReleases(i int) {
 		f.q = live
 		if len(f.q) > 0 && !closing.IsZero() && !time.Now().Before(closing) {
 			for _, r := range f.q {
-				f.abandoned = append(f.abandoned, fmt.Sprintf("%q on node[%d] %s", r.k.Name, i, nd.Addr()))
+				if !r.watch {
+					f.abandoned = append(f.abandoned, fmt.Sprintf("%q on node[%d] %s", r.k.Name, i, nd.Addr()))
+				}
 			}
 			f.q = nil
 		}
@@ -140,11 +147,14 @@ func (c *Client) finishReleases(i int) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
-		var err error
+		var (
+			res node.Result
+			err error
+		)
 		if r.ch.shared {
-			_, err = nd.(node.Sharer).ReleaseShared(ctx, &r.k, r.announce)
+			res, err = nd.(node.Sharer).ReleaseShared(ctx, &r.k, r.announce)
 		} else {
-			_, err = nd.Release(ctx, &r.k, r.announce)
+			res, err = nd.Release(ctx, &r.k, r.announce)
 		}
 		cancel()
 		if ok {
@@ -153,6 +163,22 @@ func (c *Client) finishReleases(i int) {
 		c.callDone(i, "release", c.clk.Since(now), err)
 		if err != nil && !node.Permanent(err) {
 			wait = min(2*wait, finishMax)
+			continue
+		}
+		if err == nil && res.Status == node.Absent && closing.IsZero() && (r.watch || r.after != nil && runsLate(r.after.err)) {
+			// Nothing there, though the previous command there (which
+			// has returned, see above) timed out and may yet set the
+			// key: watched (see watchRelease), to the back of the queue,
+			// to be tried again after the others until its TTL ends it.
+			// (Not after Close: it has had its last try.)
+			f.mu.Lock()
+			if len(f.q) > 0 && f.q[0].k == r.k {
+				w := f.q[0]
+				w.watch, w.after = true, nil
+				f.q = append(f.q[1:], w)
+			}
+			f.mu.Unlock()
+			wait = max(finishFirst, min(2*wait, finishMax))
 			continue
 		}
 		// A refusal for good ends it too; the NodeCall hook has reported
@@ -214,4 +240,27 @@ func (r *round) retryRelease(i int, err error) {
 		after = &r.prev[i]
 	}
 	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
+}
+
+// runsLate reports whether a node call that failed with err may still
+// run on the node: it timed out after it was sent. (A refused dial, an
+// error reply or a reset connection ended it; a command never sent, as
+// one that waited for a pooled connection, cannot run.)
+func runsLate(err error) bool {
+	return errors.Is(err, node.ErrTimeout) && !unsent(err) && !errors.Is(err, node.ErrPoolWait)
+}
+
+// watchRelease queues node i's release, which found the key absent after
+// prev, the lock's previous command there, had failed: that command (a
+// SET, say, that timed out on its way) may not have run yet, and would
+// then set the key after the release. A node can hold a command for
+// longer than any wait for its reply (a paused or starved server, a
+// reply later than the node's background read of it), so the release is
+// sent again, backing off, until it finds the token or the key could no
+// longer be there (the command's TTL has passed).
+func (r *round) watchRelease(i int, prev *step) {
+	if !runsLate(prev.err) || !r.ch.c.clk.Now().Before(r.expires) {
+		return
+	}
+	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, watch: true})
 }

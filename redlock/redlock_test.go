@@ -219,6 +219,71 @@ func TestUnlockGoesAheadOfAStragglersReply(t *testing.T) {
 	}
 }
 
+// lateSet is a fake node whose SETs time out at the caller and take
+// effect only once apply is closed: a command the node held for longer
+// than its caller waited (a paused or starved server).
+type lateSet struct {
+	*fakeNode
+	apply   chan struct{}
+	held    chan struct{} // closed once a SET is held
+	applied chan node.Result
+}
+
+func (n *lateSet) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	<-ctx.Done()
+	held := *k
+	go func() {
+		<-n.apply
+		res, _ := n.fakeNode.Acquire(context.Background(), &held, ttl, holderTTL)
+		n.applied <- res
+	}()
+	close(n.held)
+	return node.Result{}, &node.Error{Addr: n.addr, Op: "acquire", Kind: node.ErrTimeout, Err: ctx.Err()}
+}
+
+// TestReleaseWatchesALateSet: a node's SET times out, and the release
+// that follows finds nothing there; the node runs the SET after that.
+// The release is sent again until it finds the token, so the key does
+// not stay for its TTL.
+func TestReleaseWatchesALateSet(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	nodes := asNodes(fakes)
+	late := &lateSet{fakeNode: fakes[4], apply: make(chan struct{}), held: make(chan struct{}), applied: make(chan node.Result, 1)}
+	nodes[4] = late
+	answered := make(chan struct{}, 1) // node 4 answered a release
+	hooks := redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 4 && i.Op == "release" && i.Err == nil {
+			select {
+			case answered <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(20*time.Millisecond), redlock.WithHooks(hooks))
+	require.NoError(t, err)
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	<-late.held
+	select {
+	case <-answered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("node 4 never answered a release")
+	}
+	assert.Empty(t, fakes[4].token("k"), "the release found nothing")
+
+	close(late.apply)
+	require.Equal(t, node.Done, (<-late.applied).Status, "the held SET sets the key")
+	require.Eventually(t, func() bool { return fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
+		"the key the late SET left is released")
+	require.NoError(t, c.Close(), "a release that found the token is not reported")
+	for i, f := range fakes {
+		assert.Empty(t, f.token("k"), "node %d", i)
+	}
+}
+
 func TestRollbackReleasesFailedNodes(t *testing.T) {
 	fakes, _, c := setup(t, 3)
 	// Node 1's reply is lost after its SET applied; node 2 is taken.
