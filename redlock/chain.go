@@ -20,10 +20,10 @@ import (
 // has returned. A release sent while the SET is still in flight could be
 // overtaken by it and leave the key behind for a TTL; a short extend
 // overtaken by a later long one could make the node count for the long one
-// while its key dies early. A release is the exception: it goes at once,
-// and again after the previous command has returned unless its first
-// answer (Done: the key held the token) shows it was not overtaken (see
-// early). The wait ends with the round's deadline (one
+// while its key dies early. A release right after the acquire is the
+// exception: it goes at once, and again after the acquire has returned
+// unless its first answer (Done: the key held the token) shows it was not
+// overtaken (see early). The wait ends with the round's deadline (one
 // node timeout after the round began); a command still waiting then is not
 // sent at all, so commands queued behind a silent node never form a chain
 // that outlives a node timeout. A command sent after waiting for more than
@@ -46,6 +46,7 @@ type chain struct {
 	timeout    time.Duration // the node timeout: the round's deadline, and that of a node call unless its node is slow
 	maxTimeout time.Duration // the longest a slow node's call may take (see rto.go)
 	tail       []step        // the last round's command on each node; nil before the first; owned by the issuer
+	tailOp     string        // the last round's command.op; owned by the issuer
 	expires    time.Time     // on the client's clock, when every key an acquire or extend sent may have set is gone; owned by the issuer
 
 	mu sync.Mutex // guards the done and wake fields of every step of the chain
@@ -91,6 +92,7 @@ type round struct {
 	ch         *chain
 	cmd        command
 	prev, next []step // the chain's steps before and after this round
+	prevOp     string // the op of the round prev belongs to ("" for the first)
 	base       context.Context
 	rctx       context.Context // base with the round's deadline
 	cancel     context.CancelFunc
@@ -105,8 +107,8 @@ type round struct {
 // values: their replies decide what must be cleaned up.
 func (ch *chain) send(ctx context.Context, cmd command) *round {
 	n := len(ch.c.nodes)
-	r := &round{ch: ch, cmd: cmd, prev: ch.tail, next: make([]step, n), base: ctx}
-	ch.tail = r.next
+	r := &round{ch: ch, cmd: cmd, prev: ch.tail, prevOp: ch.tailOp, next: make([]step, n), base: ctx}
+	ch.tail, ch.tailOp = r.next, cmd.op
 	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" || cmd.op == "transfer" {
 		// A key set now lives ttl from when the node runs the command:
 		// two node timeouts from now at the latest, unless it is late.
@@ -179,10 +181,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	case r.cmd.fromTail != nil && !r.cmd.from.ch.landed(&r.cmd.fromTail[i]):
 		res, err = r.afterFrom(i)
 	case prev != nil && r.ahead() && !r.ch.landed(prev):
-		res, passes, err = r.early(i, prev)
-		if passes {
-			return r.passed(i, prev)
-		}
+		res, err = r.early(i, prev)
 	case prev != nil && !r.ch.landed(prev):
 		res, passes, err = r.late(i, prev)
 		if passes {
@@ -274,11 +273,13 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 
 // ahead reports whether the round's command goes to a node before the
 // lock's previous command there has returned: a release (of an Unlock or
-// a rollback) that follows no transfer. Its answer says whether it
-// overtook the previous command (see early): release.lua and
-// release_shared.lua answer Done only where they found the token.
+// a rollback) right after the acquire, which no transfer followed. Its
+// answer says whether it overtook the acquire (see early): release.lua
+// and release_shared.lua answer Done only where they found the token,
+// which only the acquire can have set. (After a reseed still on its way
+// a Done says nothing: the reseed may set the key again.)
 func (r *round) ahead() bool {
-	return r.cmd.op == "release" && r.cmd.freed == nil
+	return r.cmd.op == "release" && r.prevOp == "acquire" && r.cmd.freed == nil
 }
 
 // early is Call's release on node i when the lock's previous command
@@ -288,27 +289,33 @@ func (r *round) ahead() bool {
 // the release overtook it, a SET that would then set the key after the
 // release found nothing there, so the release goes again once the
 // previous command has returned, as late sends it (or not at all, where
-// that command proved the key is not ours). The common straggler of an
+// that command proved the key is not ours: then the first answer stands). The common straggler of an
 // acquire that returned at the majority answers moments later; a
 // release that waited for it cost the cycle a wake-up and a round trip
 // after it.
-func (r *round) early(i int, prev *step) (res node.Result, passes bool, err error) {
+func (r *round) early(i int, prev *step) (node.Result, error) {
 	ctx, cancel := r.callCtx(i)
-	res, err = r.do(ctx, i, prev)
+	res, err := r.do(ctx, i, prev)
 	if cancel != nil {
 		cancel()
 	}
 	switch {
 	case err == nil && res.Status == node.Done:
-		return res, false, nil
+		return res, nil
 	case err == nil:
-		return r.late(i, prev)
+		again, passes, err := r.late(i, prev)
+		if passes {
+			// The acquire proved the key is not ours: the first answer
+			// stands, and Call counts the one call made.
+			return res, nil
+		}
+		return again, err
 	}
 	// The release failed: whether a key of the lock is left there (see
 	// reached) depends on the previous command, whose call ends within
 	// its own deadline.
 	r.ch.await(prev, nil)
-	return res, false, err
+	return res, err
 }
 
 // afterFrom is Call's transfer on node i when the handed-over lock's last

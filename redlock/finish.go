@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ import (
 const (
 	finishFirst = 20 * time.Millisecond  // first wait before a retry
 	finishMax   = 400 * time.Millisecond // longest wait between retries
+	watchMax    = 2 * time.Second        // longest wait between tries of a watched release
 	finishCap   = 4096                   // releases queued per node; beyond, dropped to the TTL
 )
 
@@ -45,18 +47,21 @@ type release struct {
 	until    time.Time // on the client's clock: the key has expired by then
 	ch       *chain    // the lock's chain, and
 	after    *step     // its command on the node that must return first (nil: none)
-	// watch: the release answered that the key is absent after the
-	// lock's previous command on the node had failed (see
-	// watchRelease); it is sent again, as long as the key could still
-	// be set, until it finds the token, and is not reported at Close.
-	watch bool
+	// A watched release (see watchRelease): when it is next sent, and
+	// the wait after that (real time).
+	next  time.Time
+	every time.Duration
 }
 
 // finisher is one node's queue of releases to finish.
 type finisher struct {
-	mu        sync.Mutex
-	q         []release
-	running   bool // a goroutine works q
+	mu sync.Mutex
+	q  []release
+	// watched: releases that found nothing after a command of their
+	// lock that may still run (see watchRelease), each sent again on a
+	// schedule of its own, after q's releases, and not reported at Close.
+	watched   []release
+	running   bool // a goroutine works q and watched
 	dropped   int  // releases not queued because q was full
 	abandoned []string
 }
@@ -65,16 +70,27 @@ type finisher struct {
 // runs. It is called from a node call counted in c.bg, so Close, which
 // waits for bg before it waits for the workers, never misses one.
 func (c *Client) finishLater(i int, r release) {
+	c.enqueue(i, r, false)
+}
+
+// enqueue adds r to node i's queue, or to its watched releases, and
+// starts the node's worker if none runs.
+func (c *Client) enqueue(i int, r release, watch bool) {
 	f := &c.finish[i]
 	f.mu.Lock()
-	if len(f.q) >= finishCap {
+	switch {
+	case watch && len(f.watched) < finishCap:
+		r.after, r.every = nil, finishFirst
+		r.next = time.Now().Add(r.every)
+		f.watched = append(f.watched, r)
+	case watch: // best effort: the key expires by its TTL
+	case len(f.q) < finishCap:
+		f.q = append(f.q, r)
+	default:
 		f.dropped++
-		f.mu.Unlock()
-		return
 	}
-	f.q = append(f.q, r)
-	start := !f.running
-	f.running = true
+	start := !f.running && len(f.q)+len(f.watched) > 0
+	f.running = f.running || start
 	f.mu.Unlock()
 	if start {
 		c.finishing.Add(1)
@@ -82,8 +98,8 @@ func (c *Client) finishLater(i int, r release) {
 	}
 }
 
-// finishReleases works node i's queue until it is empty, or until
-// closeGrace after Close.
+// finishReleases works node i's queue and watched releases until both
+// are empty, or until closeGrace after Close.
 func (c *Client) finishReleases(i int) {
 	defer c.finishing.Done()
 	f, nd := &c.finish[i], c.nodes[i]
@@ -100,38 +116,58 @@ func (c *Client) finishReleases(i int) {
 			done = nil // seen once; the grace starts
 			closing = time.Now().Add(c.closeGrace())
 			wait = finishFirst
+			f.mu.Lock()
+			for j := range f.watched {
+				f.watched[j].next = time.Time{} // one last try each
+			}
+			f.mu.Unlock()
 		}
 		t.Stop()
 		now := c.clk.Now()
 		f.mu.Lock()
-		live := f.q[:0]
-		for _, r := range f.q {
-			if now.Before(r.until) {
-				live = append(live, r)
-			}
-		}
-		clear(f.q[len(live):])
-		f.q = live
-		if len(f.q) > 0 && !closing.IsZero() && !time.Now().Before(closing) {
+		f.q = liveOnly(f.q, now)
+		f.watched = liveOnly(f.watched, now)
+		if len(f.q)+len(f.watched) > 0 && !closing.IsZero() && !time.Now().Before(closing) {
 			for _, r := range f.q {
-				if !r.watch {
-					f.abandoned = append(f.abandoned, fmt.Sprintf("%q on node[%d] %s", r.k.Name, i, nd.Addr()))
+				f.abandoned = append(f.abandoned, fmt.Sprintf("%q on node[%d] %s", r.k.Name, i, nd.Addr()))
+			}
+			f.q, f.watched = nil, nil
+		}
+		var (
+			r       release
+			watched = -1 // r's index in f.watched; -1 for q's head
+			soonest time.Time
+		)
+		switch {
+		case len(f.q) > 0:
+			r = f.q[0]
+		case len(f.watched) > 0:
+			rt := time.Now()
+			for j, w := range f.watched {
+				if !w.next.After(rt) {
+					r, watched = w, j
+					break
+				}
+				if soonest.IsZero() || w.next.Before(soonest) {
+					soonest = w.next
 				}
 			}
-			f.q = nil
-		}
-		if len(f.q) == 0 {
+		default:
 			f.running = false
 			f.mu.Unlock()
 			return
 		}
-		r := f.q[0]
 		f.mu.Unlock()
+		if !soonest.IsZero() && watched < 0 {
+			// Only watched releases, none due yet.
+			wait = max(time.Until(soonest), time.Millisecond)
+			continue
+		}
 		if r.after != nil && !r.ch.landed(r.after) {
 			// The lock's previous command there (a SET on its way) has
 			// not returned: a release now could overtake it, find
 			// nothing, and leave the SET's key for a TTL.
-			wait = min(2*wait, finishMax)
+			wait = max(finishFirst, min(2*wait, finishMax))
 			continue
 		}
 
@@ -161,23 +197,12 @@ func (c *Client) finishReleases(i int) {
 			c.record(i, gen, err)
 		}
 		c.callDone(i, "release", c.clk.Since(now), err)
-		if err != nil && !node.Permanent(err) {
-			wait = min(2*wait, finishMax)
+		if watched >= 0 {
+			c.rewatch(f, r, closing.IsZero() && (err == nil && res.Status == node.Absent || err != nil && !node.Permanent(err)))
+			wait = 0 // the next due one, or the next wait, at once
 			continue
 		}
-		if err == nil && res.Status == node.Absent && closing.IsZero() && (r.watch || r.after != nil && runsLate(r.after.err)) {
-			// Nothing there, though the previous command there (which
-			// has returned, see above) timed out and may yet set the
-			// key: watched (see watchRelease), to the back of the queue,
-			// to be tried again after the others until its TTL ends it.
-			// (Not after Close: it has had its last try.)
-			f.mu.Lock()
-			if len(f.q) > 0 && f.q[0].k == r.k {
-				w := f.q[0]
-				w.watch, w.after = true, nil
-				f.q = append(f.q[1:], w)
-			}
-			f.mu.Unlock()
+		if err != nil && !node.Permanent(err) {
 			wait = max(finishFirst, min(2*wait, finishMax))
 			continue
 		}
@@ -189,8 +214,43 @@ func (c *Client) finishReleases(i int) {
 			f.q = f.q[1:]
 		}
 		f.mu.Unlock()
+		if err == nil && res.Status == node.Absent && r.after != nil && runsLate(r.after.err) {
+			// Nothing there, though the lock's previous command there
+			// (returned, see above) timed out and may yet set the key.
+			c.enqueue(i, r, true)
+		}
 		wait = 0 // the node answers: on to the next at once
 	}
+}
+
+// rewatch ends watched release r on f, or, with again, schedules its
+// next try, the wait doubling up to watchMax.
+func (c *Client) rewatch(f *finisher, r release, again bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j := slices.IndexFunc(f.watched, func(w release) bool { return w.k == r.k })
+	switch {
+	case j < 0:
+	case again:
+		w := &f.watched[j]
+		w.every = min(2*w.every, watchMax)
+		w.next = time.Now().Add(w.every)
+	default:
+		f.watched = slices.Delete(f.watched, j, j+1)
+	}
+}
+
+// liveOnly drops from rs, in place, the releases whose key has expired
+// by now.
+func liveOnly(rs []release, now time.Time) []release {
+	live := rs[:0]
+	for _, r := range rs {
+		if now.Before(r.until) {
+			live = append(live, r)
+		}
+	}
+	clear(rs[len(live):])
+	return live
 }
 
 // closeGrace is how long Close lets unfinished releases go on.
@@ -250,17 +310,25 @@ func runsLate(err error) bool {
 	return errors.Is(err, node.ErrTimeout) && !unsent(err) && !errors.Is(err, node.ErrPoolWait)
 }
 
-// watchRelease queues node i's release, which found the key absent after
-// prev, the lock's previous command there, had failed: that command (a
-// SET, say, that timed out on its way) may not have run yet, and would
-// then set the key after the release. A node can hold a command for
-// longer than any wait for its reply (a paused or starved server, a
-// reply later than the node's background read of it), so the release is
-// sent again, backing off, until it finds the token or the key could no
-// longer be there (the command's TTL has passed).
+// watchRelease watches node i's release, which found the key absent
+// after prev, the lock's previous command there, had timed out: that
+// command (a SET, say) may not have run yet, and would then set the key
+// after the release. A node can hold a command for longer than any wait
+// for its reply (a paused or starved server, a reply later than the
+// node's background read of it), so the release is sent again, its wait
+// doubling from 20 ms to 2 s, after the node's other queued releases,
+// while it finds nothing, until the key that command could set would have
+// expired (r.expires: its TTL and two node timeouts from when it was
+// sent; a command held longer than that leaves its key for a TTL). It
+// ends at any other answer: Done (it removed the late key), or another
+// token there (the late SET NX would fail on it, though it could still
+// land after that key is gone). Close gives it one last try if its grace
+// allows, and does not report it. Not watched: a release whose previous
+// command was not sent (skipped by the breaker, or waiting for its own
+// predecessor), or that follows a transfer.
 func (r *round) watchRelease(i int, prev *step) {
 	if !runsLate(prev.err) || !r.ch.c.clk.Now().Before(r.expires) {
 		return
 	}
-	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, watch: true})
+	r.ch.c.enqueue(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch}, true)
 }
