@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -305,6 +306,96 @@ func TestReleaseWatchesALateSet(t *testing.T) {
 	for i, f := range fakes {
 		assert.Empty(t, f.token("k"), "node %d", i)
 	}
+}
+
+// silentSets is a fake node whose SETs time out at the caller and never
+// run, but for key "q", whose first release times out instead. It
+// records the keys of the releases it is sent, in order.
+type silentSets struct {
+	*fakeNode
+	mu     sync.Mutex
+	seq    []string
+	failed bool
+}
+
+func (n *silentSets) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	if k.Name == "q" {
+		return n.fakeNode.Acquire(ctx, k, ttl, holderTTL)
+	}
+	<-ctx.Done()
+	return node.Result{}, &node.Error{Addr: n.addr, Op: "acquire", Kind: node.ErrTimeout, Err: ctx.Err()}
+}
+
+func (n *silentSets) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
+	n.mu.Lock()
+	n.seq = append(n.seq, k.Name)
+	fail := k.Name == "q" && !n.failed
+	n.failed = n.failed || fail
+	n.mu.Unlock()
+	if fail {
+		return node.Result{}, &node.Error{Addr: n.addr, Op: "release", Kind: node.ErrTimeout, Err: context.DeadlineExceeded}
+	}
+	if k.Name != "q" {
+		time.Sleep(5 * time.Millisecond) // a round trip: a burst of watched tries takes time
+	}
+	return n.fakeNode.Release(ctx, k, announce)
+}
+
+// calls returns the keys of the releases sent so far.
+func (n *silentSets) calls() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.seq)
+}
+
+// TestWatchedReleasesDoNotHoldUpRetries: node 4 never runs the SETs of
+// 20 locks, so their releases there find nothing and are watched. The
+// release of another lock that timed out there is retried before the
+// watched ones are tried again, not behind each of them.
+func TestWatchedReleasesDoNotHoldUpRetries(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	nodes := asNodes(fakes)
+	n4 := &silentSets{fakeNode: fakes[4]}
+	nodes[4] = n4
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(20*time.Millisecond))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	const watched = 20
+	for i := range watched {
+		l, err := c.TryLock(ctx, fmt.Sprintf("w%d", i))
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	// Each w release is watched once it has been sent three times (the
+	// first one or two went in its round or as an ordinary retry).
+	require.Eventually(t, func() bool {
+		seq := n4.calls()
+		for i := range watched {
+			w := fmt.Sprintf("w%d", i)
+			if len(slices.DeleteFunc(slices.Clone(seq), func(k string) bool { return k != w })) < 3 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the w releases are watched")
+	l, err := c.TryLock(ctx, "q")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { return slices.Index(n4.calls(), "q") >= 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		seq := n4.calls()
+		first := slices.Index(seq, "q")
+		return slices.Index(seq[first+1:], "q") >= 0
+	}, 10*time.Second, time.Millisecond, "q's release is retried")
+	seq := n4.calls()
+	first := slices.Index(seq, "q")
+	between := slices.Index(seq[first+1:], "q")
+	// Behind the watched ones (a queue of 20 taking turns), q waited for
+	// each of them; now at most one tried while q's retry was queued.
+	assert.LessOrEqual(t, between, 2, "watched releases tried between q's failure and its retry: %v", seq[first:])
+	assert.Empty(t, fakes[4].token("q"), "q released on node 4")
 }
 
 func TestRollbackReleasesFailedNodes(t *testing.T) {
