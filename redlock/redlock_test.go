@@ -164,7 +164,8 @@ func TestRollbackIncludesLateReplies(t *testing.T) {
 	assert.Empty(t, fakes[4].token("k"), "the late SET on node 4 is rolled back")
 	assert.Equal(t, 2, fakes[4].count("release"), "one at once, which found nothing, one after the SET returned")
 	assert.Empty(t, fakes[0].token("k"))
-	assert.Equal(t, 1, fakes[0].count("release"))
+	// Twice when the rollback reached node 0 before its SET had run.
+	assert.Contains(t, []int{1, 2}, fakes[0].count("release"))
 }
 
 // TestUnlockWaitsForAReseedOnItsWay: an Extend returns at the majority
@@ -413,7 +414,9 @@ func TestRollbackReleasesFailedNodes(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.NoError(t, c.Close())
 	assert.Equal(t, 1, fakes[1].count("release"), "a node whose reply was lost is released too")
-	assert.Equal(t, 1, fakes[0].count("release"))
+	// Twice when the rollback reached node 0 before its SET had run (the
+	// release went at once, found nothing, and went again after it).
+	assert.Contains(t, []int{1, 2}, fakes[0].count("release"))
 	assert.Zero(t, fakes[2].count("release"))
 	assert.Empty(t, fakes[0].token("k"))
 }

@@ -119,6 +119,9 @@ func TestUnlockFinishesReleasesInBackground(t *testing.T) {
 	ctx := context.Background()
 	l, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
+	// Every node's SET has run (TryLock returns at three): Unlock, which
+	// no longer waits for a straggler's SET, then finds the key on all.
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 5 }, 5*time.Second, time.Millisecond)
 	hook, heal := flaky("release")
 	fakes[0].setBefore(hook)
 	fakes[1].setBefore(hook)
