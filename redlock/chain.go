@@ -283,16 +283,15 @@ func (r *round) ahead() bool {
 }
 
 // early is Call's release on node i when the lock's previous command
-// there (usually the acquire's SET, still on its way) has not returned:
-// the release is sent at once, as if it had. Done (the key held the
-// token) is final: the previous command had run. Anything else may mean
-// the release overtook it, a SET that would then set the key after the
-// release found nothing there, so the release goes again once the
-// previous command has returned, as late sends it (or not at all, where
-// that command proved the key is not ours: then the first answer stands). The common straggler of an
-// acquire that returned at the majority answers moments later; a
-// release that waited for it cost the cycle a wake-up and a round trip
-// after it.
+// there (the acquire's SET, still on its way) has not returned: the
+// release is sent at once, as if it had. Done (the key held the token)
+// is final: the SET had run. Anything else may mean the release overtook
+// the SET, which would then set the key after the release found nothing
+// there, so the release goes again once the SET has returned, as late
+// sends it (or not at all where the SET proved the key is not ours; the
+// first answer stands then). The common straggler of an acquire that
+// returned at the majority answers moments later; a release that waited
+// for it cost the cycle a wake-up and a round trip after it.
 func (r *round) early(i int, prev *step) (node.Result, error) {
 	ctx, cancel := r.callCtx(i)
 	res, err := r.do(ctx, i, prev)
