@@ -372,7 +372,12 @@ const WaiterLease = 2 * time.Second
 // last Acquire that registered the head there); the head's next waiting
 // Acquire takes a key that holds its grant as one reserved for it. In a
 // key's own queue a release passes over the releaser's client
-// (Key.Owner): its next holder takes the key by Transfer. A Release or
+// (Key.Owner): its next holder takes the key by Transfer. A rollback
+// (Release without announce) that finds anyone queued hands the key on
+// in the same way, announced on the head's channel only, but to whoever
+// heads the queue, the releaser's client included (its waiting attempt
+// is its next): a waiter would otherwise wait for a free key that no
+// release announces. A Release or
 // Transfer of a lock held by a grant that finds the key not its own
 // drops the owner's registration that asks for that grant. A plain
 // Acquire (no holderTTL) ignores the queue: it takes a free key, never a
@@ -384,9 +389,8 @@ const WaiterLease = 2 * time.Second
 // waiters for any slot). A reservation is then recorded on the head's
 // entry, and each release reserves its key for the head that has none
 // yet; a head with a key reserved renews its place without losing it.
-// A rollback (Release without announce) of such a key hands it on
-// quietly where anyone is queued, as no announcement would wake the
-// head for a key left free, and Transfer of such a key transfers within
+// A rollback of such a key is handed on as in a key's own queue, and
+// Transfer of such a key transfers within
 // the client even when another client is queued: the client bounds those
 // chains, and its release then reserves the key for the head. The
 // scripts tell such a queue by its name: any other than

@@ -985,8 +985,15 @@ func testQueue(t *testing.T, f Factory) {
 	e.resultOf(e.n.Acquire(e.ctx, key("tok-b5", "b", 100), time.Minute, true))(node.Taken, "b waits with ticket 100")
 	c = e.resultOf(e.n.Acquire(e.ctx, key("tok-c3", "c", 0), time.Minute, true))(node.Taken, "c waits").Ticket
 	assert.Equal(t, int64(101), c, "after b")
-	e.resultOf(e.n.Release(e.ctx, holder, false))(node.Done, "a rollback frees the key without handing it on")
-	assert.Equal(t, int64(0), e.do("EXISTS", name))
+	// A rollback hands the key on as a release does, but to whoever
+	// heads the queue, the caller's client too (its waiting attempt
+	// is its next), and announces it on the head's channel only: an
+	// attempt that lost the majority must not leave a free key that
+	// its waiters hear nothing of.
+	e.resultOf(e.n.Release(e.ctx, holder, false))(node.Done, "a rollback")
+	assert.Equal(t, "~b", e.get(name), "reserved for b, the head")
+	require.NotNil(t, receive(t, toB, 5*time.Second), "announced to b")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "and to no one else")
 	res = e.resultOf(e.n.Acquire(e.ctx, key("tok-c4", "c", c), time.Minute, true))(node.Taken, "c is not the head")
 	assert.InDelta(t, node.WaiterLease, res.TTL, float64(time.Second), "and waits for the head's lease at most")
 
@@ -1087,7 +1094,7 @@ func testGrant(t *testing.T, f Factory) {
 	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, false))(node.Done, "y takes the key again")
 	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-w", Owner: "w"}, time.Minute, true))(node.Taken, "w waits")
 	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-z4", Owner: "z", Grant: gz}, time.Minute, true))(node.Taken, "z waits")
-	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "y's rollback frees the key quietly")
+	e.do("DEL", name) // y's key expires
 	e.resultOf(h.Transfer(e.ctx, &node.Key{Name: name, Token: gz, Owner: "z"}, &node.Key{Name: name, Token: "tok-z5", Owner: "z"}, time.Minute))(node.Absent, "z's transfer yields to w")
 	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "z"), "z's registration is gone")
 	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "w"}))
@@ -1302,6 +1309,20 @@ func testShared(t *testing.T, f Factory) {
 	e.resultOf(e.n.Release(e.ctx, key("tok-w2", ""), false))(node.Done, "")
 	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute, false))(node.Done, "r2 reads")
 	e.resultOf(sh.ReleaseShared(e.ctx, r2, false))(node.Done, "r2's rollback")
+	for _, k := range []string{name, rk, wk} {
+		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
+	}
+	// Where a writer waits, the rollback of the last reader hands the
+	// key on to it as an Unlock would, announced to it alone.
+	wq := key("tok-wq", "wq")
+	toWq := e.subscribe(t, node.ReservedKey(name, "wq"))
+	e.resultOf(sh.AcquireShared(e.ctx, r2, time.Minute, false))(node.Done, "r2 reads again")
+	e.resultOf(e.n.Acquire(e.ctx, wq, time.Minute, true))(node.Taken, "a writer waits")
+	e.resultOf(sh.ReleaseShared(e.ctx, r2, false))(node.Done, "r2's rollback")
+	assert.Equal(t, "~wq", e.get(name), "reserved for the writer")
+	require.NotNil(t, receive(t, toWq, 5*time.Second), "announced to it")
+	e.resultOf(e.n.Acquire(e.ctx, wq, time.Minute, true))(node.Done, "the writer takes it")
+	e.resultOf(e.n.Release(e.ctx, wq, false))(node.Done, "and rolls it back")
 	for _, k := range []string{name, rk, wk} {
 		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
 	}

@@ -5,17 +5,18 @@
 -- KEYS[2]  its waiters (node.Key.Waiters, see queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  "1" for an Unlock: hand on and announce (see hand_on in
---          queue.lua); "0" for a rollback: delete quietly, except for a
---          key whose queue serves other keys too (KEYS[2] is not
---          KEYS[1] .. ":waiters": a semaphore's slot, node.Key.Queue),
---          which is handed on where anyone is queued (announced on the
---          head's channel only): a waiter there would otherwise wait for
---          a key that is free, and that no release announces
+--          queue.lua); "0" for a rollback: where anyone is queued, hand
+--          on to the head, the caller's client included (its waiting
+--          attempt is its next), announced on the head's channel only;
+--          where no one is, delete quietly. A waiter queued there would
+--          otherwise wait for a key that is free and that no release
+--          announces, and the racers that failed together would split
+--          the nodes again on their next attempts
 -- ARGV[3]  the caller's client tag (node.Key.Owner; "" or absent: none):
---          a lock's own queue hands the key on to the head other than
---          that client, whose next holder takes it from it in its turn
---          (node.Handoffer.Transfer), and whose place there may be a
---          stale registration that no waiting call would claim
+--          an Unlock on a lock's own queue hands the key on to the head
+--          other than that client, whose next holder takes it from it in
+--          its turn (node.Handoffer.Transfer), and whose place there may
+--          be a stale registration that no waiting call would claim
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- The announcement: "" on the key's release channel, KEYS[1] ..
 -- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
@@ -34,17 +35,11 @@ if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   end
   return -1
 end
--- The common cases, before the libraries are defined (each definition
--- costs the script a closure per call): a rollback frees the key
--- quietly, and an Unlock with no one queued frees it and announces it
--- to all, as hand_on would (a rollback of a key of a shared queue with
--- no one queued: as a rollback). redis.pcall: a user that may not run
--- EXISTS takes hand_on's path.
+-- The common case, before the libraries are defined (each definition
+-- costs the script a closure per call): no one queued, the key is
+-- freed and, for an Unlock, announced to all, as hand_on would.
+-- redis.pcall: a user that may not run EXISTS takes hand_on's path.
 if v == ARGV[1] then
-  if ARGV[2] == "0" and KEYS[2] == KEYS[1] .. ":waiters" then
-    redis.call("DEL", KEYS[1])
-    return 1
-  end
   if redis.pcall("EXISTS", KEYS[2]) == 0 then
     redis.call("DEL", KEYS[1])
     if ARGV[2] == "1" then
@@ -66,7 +61,7 @@ if v ~= ARGV[1] then
   return -1
 end
 local skip = nil
-if KEYS[2] == KEYS[1] .. ":waiters" and ARGV[3] and ARGV[3] ~= "" then
+if ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" and ARGV[3] and ARGV[3] ~= "" then
   skip = ARGV[3]
 end
 hand_on(KEYS[1], KEYS[2], skip, ARGV[2] ~= "1")

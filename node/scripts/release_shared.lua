@@ -9,7 +9,8 @@
 --          here.
 -- The last reader out frees the key as release.lua does: for an Unlock
 -- it hands it to the head of the queue (a waiting writer) or deletes it
--- and announces that; a rollback deletes it quietly. Otherwise the marker
+-- and announces that; a rollback hands it on as well, announced on the
+-- head's channel only, or deletes it quietly. Otherwise the marker
 -- lives on for the remaining readers, as long as the last of them.
 local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
@@ -20,18 +21,16 @@ if v ~= MARKER then
     return (v and string.sub(v, 1, #MARKER + 1) ~= MARKER .. ":") and 0 or -1
   end
   -- This reader alone, held in the value: the last reader out, as below.
-  if ARGV[2] ~= "1" then
-    redis.call("DEL", key)
-    return 1
-  end
   if redis.pcall("EXISTS", wk) == 0 then
     redis.call("DEL", key)
-    redis.pcall("PUBLISH", key .. ":released", "")
+    if ARGV[2] == "1" then
+      redis.pcall("PUBLISH", key .. ":released", "")
+    end
     return 1
   end
 end
 local all = redis.call("HGETALL", rk)
-if #all == 2 and all[1] == token and (ARGV[2] ~= "1" or redis.pcall("EXISTS", wk) == 0) then
+if #all == 2 and all[1] == token and redis.pcall("EXISTS", wk) == 0 then
   -- The last reader out, no one queued (the common case, before the
   -- libraries are defined: each definition costs the script a closure
   -- per call): free the key as the code below would. redis.pcall: a
@@ -47,7 +46,7 @@ if #all == 2 and all[1] == token and (ARGV[2] ~= "1" or redis.pcall("EXISTS", wk
 end
 --[[libraries]]
 if v ~= MARKER then
-  hand_on(key, wk, nil) -- this reader alone, someone queued
+  hand_on(key, wk, nil, ARGV[2] ~= "1") -- this reader alone, someone queued
   return 1
 end
 local now = now_ms()
@@ -58,11 +57,9 @@ if last > 0 then
   -- key after it (which never writes the hash) would leave it behind.
   redis.call("SET", key, MARKER, "PX", last - now)
   redis.call("PEXPIRE", rk, last - now)
-elseif ARGV[2] == "1" then
-  redis.call("DEL", rk)
-  hand_on(key, wk, nil)
 else
-  redis.call("DEL", rk, key)
+  redis.call("DEL", rk)
+  hand_on(key, wk, nil, ARGV[2] ~= "1")
 end
 if mine > now then
   return 1
