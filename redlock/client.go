@@ -344,13 +344,14 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config, giveUp time.
 // this client hands it over (see handoff.go).
 func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool, giveUp time.Time) (l *Lock, attempt int, err error) {
 	var (
-		w      *watches
-		o      *offer
-		perm   []int8 // per node, as refusals: what its last reply said
-		waits  int    // waits for a local holder's handoff, for their delays
-		ticket int64  // this call's place in the nodes' queue for key; 0 before it has one
-		grant  string // the node.Key.Grant this call asks for once it queues (see granted)
-		lost   bool   // a waiting attempt left a node's reply unknown: no grant is counted
+		w       *watches
+		o       *offer
+		perm    []int8 // per node, as refusals: what its last reply said
+		waits   int    // waits for a local holder's handoff, for their delays
+		ticket  int64  // this call's place in the nodes' queue for key; 0 before it has one
+		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
+		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
+		refused bool   // an attempt did not take the lock: this call waited
 	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
@@ -369,7 +370,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// handed the key over before this call tried the nodes.)
 			c.leaveWaiters(key, "", grant, cfg.shared, l)
 		}
-		if attempt > 1 && queued {
+		if refused && queued {
+			// Also when a grant or a handoff ended the wait after the
+			// first attempt (attempt is 1 then): a key whose holders
+			// hand it on by grant stays hot.
 			c.waited(key)
 		}
 	}()
@@ -428,6 +432,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		case qe == nil:
 			return l, attempt, nil
 		}
+		refused = true
 		qe.Attempts = attempt
 		lost = lost || qe.lost
 		sent := ticket
