@@ -241,6 +241,10 @@ func TestKeyStaysHotWhileGrantsEndTheWaits(t *testing.T) {
 	turn := func() int32 {
 		hl, err := h.Lock(ctx, key)
 		require.NoError(t, err)
+		// h's Lock returns at a majority; w starts once all five SETs
+		// landed, or its first attempt may take a node from one and
+		// then (having set a key) not count grants.
+		require.Eventually(t, func() bool { return holdersOf(t, hl) == shared.Size() }, 5*time.Second, time.Millisecond)
 		got := make(chan error, 1)
 		go func() {
 			l, err := w.Lock(ctx, key)
