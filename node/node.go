@@ -222,7 +222,8 @@ type Node interface {
 	// every waiter for keys that never held a majority would have
 	// competing clients wake each other in a loop. A Handoffer's
 	// announced release reserves the key for the head of its queue
-	// instead of deleting it, where anyone is queued.
+	// instead of deleting it, where anyone is queued, and publishes
+	// nothing where no one is (see Handoffer).
 	Release(ctx context.Context, k *Key, announce bool) (Result, error)
 }
 
@@ -363,7 +364,15 @@ const WaiterLease = 2 * time.Second
 // sets the key to a reservation for the head (no token: no one holds the
 // lock) for what is left of its lease and announces it on the head's own
 // channel, ReleaseChannel(ReservedKey(key, head));
-// only the head's waiting attempt takes a key reserved for it. A head
+// only the head's waiting attempt takes a key reserved for it. Where no
+// one is queued, Release deletes the key and publishes nothing, with
+// announce too: a client's waiter queues with each waiting attempt, and
+// makes one as soon as its watch is ready, so no waiter that could miss
+// the release is listening. A queue with no head to hand on to (only
+// the releaser's own client, or waiters that may all take the key, as
+// readers) gets the delete announced on ReleaseChannel(key); so does a
+// release by an ACL user that may not read the queue, whose waiters
+// cannot queue either. A head
 // whose waiting Acquire asked for a grant (Key.Grant, own queues only)
 // is given the key instead: Release with announce sets the key to the
 // grant for GrantTTL of that Acquire's TTL, drops the head from the

@@ -272,20 +272,61 @@ func testRelease(t *testing.T, f Factory) {
 	assert.Equal(t, "tok-1", e.get(k.Name), "a release with another token deletes nothing")
 
 	// The announce flag reaches the script: a subscriber of the release
-	// channel hears an announced release and not a silent one.
+	// channel hears an announced release and not a silent one. A
+	// Handoffer announces a delete only where a queue is there (see
+	// node.Handoffer): here a registration of the releaser's own
+	// client, which a release passes over.
 	sub := redistest.Dial(t, "redis://"+e.addr)
 	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(k.Name))
 	require.NoError(t, err)
 	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
 	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
+	h, queues := e.n.(node.Handoffer)
+	k.Owner = "o"
+	if queues {
+		e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire again")
+		e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release, no one queued")
+		assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
+		assert.Nil(t, receive(t, sub, 300*time.Millisecond), "a Handoffer announces nothing where no one is queued")
+	}
 	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire again")
+	mine := node.Key{Name: k.Name, Token: "tok-3", Owner: "o"}
+	if queues {
+		e.resultOf(e.n.Acquire(e.ctx, &mine, time.Minute, true))(node.Taken, "a waiter of the releaser's client")
+	}
 	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release")
 	msg := receive(t, sub, 5*time.Second)
 	require.NotNil(t, msg, "an announced release is published")
 	assert.Equal(t, node.ReleaseChannel(k.Name), string(msg[1].([]byte)), "published on the release channel")
 	assert.Nil(t, receive(t, sub, 300*time.Millisecond), "only the announced release was published")
+	if queues {
+		require.NoError(t, h.Leave(e.ctx, &mine))
+		assert.Equal(t, int64(0), e.do("EXISTS", node.WaitersKey(k.Name)), "nothing left of the queue")
+	}
 
 	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Absent, "release of an absent key")
+}
+
+// takeAndAnnounce takes k and releases it announced, so that the
+// release is published on node.ReleaseChannel(k.Name). A Handoffer
+// announces a delete only where a queue is there (see node.Handoffer):
+// for it, a waiter of k's own client queues first, which the release
+// passes over, and leaves after.
+func (e *env) takeAndAnnounce(t *testing.T, k *node.Key) {
+	t.Helper()
+	own := *k
+	own.Owner = "o"
+	own.Token = k.Token + "-next"
+	k.Owner = "o"
+	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
+	h, queues := e.n.(node.Handoffer)
+	if queues {
+		e.resultOf(e.n.Acquire(e.ctx, &own, time.Minute, true))(node.Taken, "a waiter of the holder's client")
+	}
+	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
+	if queues {
+		require.NoError(t, h.Leave(e.ctx, &own))
+	}
 }
 
 // subscribe returns a connection subscribed to the release channel of
@@ -755,8 +796,7 @@ func testWatch(t *testing.T, f Factory) {
 	}
 	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
 	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
-	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
-	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release")
+	e.takeAndAnnounce(t, &k)
 	select {
 	case <-released:
 	case <-time.After(5 * time.Second):
@@ -773,8 +813,7 @@ func testWatch(t *testing.T, f Factory) {
 	e.do("CLIENT", "KILL", "TYPE", "pubsub")
 	seen := false
 	for i := 0; i < 100 && !seen; i++ {
-		e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
-		e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "release")
+		e.takeAndAnnounce(t, &k)
 		select {
 		case <-released:
 			seen = true
@@ -785,8 +824,7 @@ func testWatch(t *testing.T, f Factory) {
 
 	watch.Stop()
 	watch.Stop() // twice is fine
-	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
-	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "release")
+	e.takeAndAnnounce(t, &k)
 	select {
 	case <-released:
 		t.Fatal("a release was sent after Stop")

@@ -4,8 +4,9 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.Key.Waiters, see queue.lua)
 -- ARGV[1]  the caller's token
--- ARGV[2]  "1" for an Unlock: hand on and announce (see hand_on in
---          queue.lua); "0" for a rollback: where anyone is queued, hand
+-- ARGV[2]  "1" for an Unlock: hand on and announce where anyone is
+--          queued (see hand_on in queue.lua), delete unannounced where
+--          no one is (see the common case below); "0" for a rollback: where anyone is queued, hand
 --          on to the head, the caller's client included (its waiting
 --          attempt is its next), announced on the head's channel only;
 --          where no one is, delete quietly. A waiter queued there would
@@ -19,7 +20,8 @@
 --          be a stale registration that no waiting call would claim
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- The announcement: "" on the key's release channel, KEYS[1] ..
--- ":released" (node.ReleaseChannel), when it was deleted; the head's tag
+-- ":released" (node.ReleaseChannel), when it was deleted where a queue
+-- was there (or could not be read) but no head to hand on to; the head's tag
 -- on the head's own channel (node.ReservedKey) when the key is reserved
 -- for it, or the grant message (see hand_on) when it is granted to it.
 -- redis.pcall: an ACL user without the right to publish still releases;
@@ -37,14 +39,16 @@ if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
 end
 -- The common case, before the libraries are defined (each definition
 -- costs the script a closure per call): no one queued, the key is
--- freed and, for an Unlock, announced to all, as hand_on would.
--- redis.pcall: a user that may not run EXISTS takes hand_on's path.
+-- freed, and not announced, not even for an Unlock: every waiter
+-- registers in the queue with each waiting attempt, and one that is
+-- subscribed but has not queued yet makes that attempt once its
+-- subscription is confirmed, which finds the key free. (The PUBLISH
+-- cost the node as much as the rest of this path.) HLEN, not EXISTS: a
+-- user that may not run the hash commands cannot queue its waiters, and
+-- takes hand_on's path, which announces the delete to all.
 if v == ARGV[1] then
-  if redis.pcall("EXISTS", KEYS[2]) == 0 then
+  if redis.pcall("HLEN", KEYS[2]) == 0 then
     redis.call("DEL", KEYS[1])
-    if ARGV[2] == "1" then
-      redis.pcall("PUBLISH", KEYS[1] .. ":released", "")
-    end
     return 1
   end
 end

@@ -8,9 +8,9 @@
 -- Returns  1 released, 0 a writer holds the key, -1 the token held nothing
 --          here.
 -- The last reader out frees the key as release.lua does: for an Unlock
--- it hands it to the head of the queue (a waiting writer) or deletes it
--- and announces that; a rollback hands it on as well, announced on the
--- head's channel only, or deletes it quietly. Otherwise the marker
+-- it hands it to the head of the queue (a waiting writer); a rollback
+-- hands it on as well, announced on the head's channel only; with no one
+-- queued, both delete it unannounced. Otherwise the marker
 -- lives on for the remaining readers, as long as the last of them.
 local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
@@ -21,27 +21,22 @@ if v ~= MARKER then
     return (v and string.sub(v, 1, #MARKER + 1) ~= MARKER .. ":") and 0 or -1
   end
   -- This reader alone, held in the value: the last reader out, as below.
-  if redis.pcall("EXISTS", wk) == 0 then
+  if redis.pcall("HLEN", wk) == 0 then
     redis.call("DEL", key)
-    if ARGV[2] == "1" then
-      redis.pcall("PUBLISH", key .. ":released", "")
-    end
     return 1
   end
 end
 local all = redis.call("HGETALL", rk)
-if #all == 2 and all[1] == token and redis.pcall("EXISTS", wk) == 0 then
+if #all == 2 and all[1] == token and redis.pcall("HLEN", wk) == 0 then
   -- The last reader out, no one queued (the common case, before the
   -- libraries are defined: each definition costs the script a closure
-  -- per call): free the key as the code below would. redis.pcall: a
-  -- user that may not run EXISTS takes hand_on's path. The hold is live
-  -- without asking TIME: the marker expires with the last reader's hold
-  -- (every script that adds, extends or removes a reader sets it so),
-  -- and this token is the only reader.
+  -- per call): free the key, unannounced, as release.lua's common case
+  -- (which says why). redis.pcall: a user that may not run HLEN takes
+  -- hand_on's path. The hold is live without asking TIME: the marker
+  -- expires with the last reader's hold (every script that adds,
+  -- extends or removes a reader sets it so), and this token is the only
+  -- reader.
   redis.call("DEL", rk, key)
-  if ARGV[2] == "1" then
-    redis.pcall("PUBLISH", key .. ":released", "")
-  end
   return 1
 end
 --[[libraries]]
