@@ -239,8 +239,9 @@ func (n *redisNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) 
 }
 
 // Release runs release.lua, which hands the key on to the head of its
-// queue and announces it on node.ReleaseChannel(k.Name) when announce is
-// set.
+// queue where anyone is queued (see node.Handoffer: announced on the
+// head's channel, or on node.ReleaseChannel(k.Name) with no head to hand
+// on to) and deletes it unannounced where no one is.
 func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	flag := announceNo
 	if announce {
@@ -255,8 +256,8 @@ var announceYes, announceNo any = "1", "0"
 // AcquireFenced runs acquire_fenced.lua: Acquire that, when it sets the
 // key, raises the key's fence counter in the same step (see node.Fencer).
 func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
-	reply, err := n.run(ctx, "acquire", scripts.acquireFenced, []string{k.Name, node.FenceKey(k.Name)},
-		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds())
+	reply, err := n.run(ctx, "acquire", scripts.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
+		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), node.WaiterLease.Milliseconds())
 	if err != nil {
 		return node.Result{}, err
 	}

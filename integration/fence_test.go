@@ -191,3 +191,32 @@ func TestFencePausedHolderIsRefused(t *testing.T) {
 	require.NoError(t, lb.Unlock(ctx))
 	t.Logf("A's write with fence %d refused after B's with %d", la.Fence(), lb.Fence())
 }
+
+// TestFencedWaiterIsWokenByTheRelease: a fenced Lock's waiter does not
+// queue on the nodes (a release with no one queued announces nothing),
+// but its refused attempts mark the queue key, so the holder's Unlock
+// still wakes it. With an hour's retry delay and the holder's keys
+// living 30 s, the waiter holds the lock well before they would expire.
+func TestFencedWaiterIsWokenByTheRelease(t *testing.T) {
+	p := fencePrefix(t, 3*time.Second)
+	key := p + "k"
+	h := client(t, redlock.WithFencing())
+	w := client(t, redlock.WithFencing(), redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx := context.Background()
+	hl, err := h.Lock(ctx, key, redlock.WithTTL(30*time.Second))
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Lock(wctx, key)
+		if err == nil {
+			assert.Greater(t, l.Fence(), hl.Fence(), "a later grant, a larger fence")
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // w refused, subscribed, refused again
+	require.NoError(t, hl.Unlock(ctx))
+	require.NoError(t, <-got, "the waiter got the lock before its 10 s context ended (the holder's keys had 29 s left)")
+}

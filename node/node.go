@@ -368,7 +368,11 @@ const WaiterLease = 2 * time.Second
 // one is queued, Release deletes the key and publishes nothing, with
 // announce too: a client's waiter queues with each waiting attempt, and
 // makes one as soon as its watch is ready, so no waiter that could miss
-// the release is listening. A queue with no head to hand on to (only
+// the release is listening; a refused Fencer.AcquireFenced (whose caller
+// does not queue) and a waiting Acquire that cannot queue (a user
+// without TIME) mark WaitersKey with its ticket counter alone, for
+// WaiterLease, which makes the next release announce the delete. A
+// queue with no head to hand on to (only
 // the releaser's own client, or waiters that may all take the key, as
 // readers) gets the delete announced on ReleaseChannel(key); so does a
 // release by an ACL user that may not read the queue, whose waiters
@@ -486,7 +490,9 @@ func FenceKey(key string) string { return key + ":fence" }
 type Fencer interface {
 	// AcquireFenced is Acquire that, when it sets the key, also raises
 	// the key's counter as above in the same atomic step and returns
-	// the new value in Result.Fence.
+	// the new value in Result.Fence. It does not queue; on a Handoffer,
+	// a refused one marks the queue of k (see Handoffer) so that the
+	// holder's release is announced.
 	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)
 	// ConfirmFence raises the key's counter to at least fence while the
 	// key still holds k.Token: Done, or Taken (another token) or Absent,

@@ -351,7 +351,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		ticket  int64  // this call's place in the nodes' queue for key; 0 before it has one
 		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
 		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
-		refused bool   // an attempt did not take the lock: this call waited
+		refused bool   // an attempt was refused by a holder: this call waited
 	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
@@ -432,7 +432,6 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		case qe == nil:
 			return l, attempt, nil
 		}
-		refused = true
 		qe.Attempts = attempt
 		lost = lost || qe.lost
 		sent := ticket
@@ -441,6 +440,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		if qe.ctxErr != nil || c.hopeless(perm) {
 			return nil, attempt, qe
 		}
+		refused = true
 		d, again := cfg.retry.Backoff(attempt)
 		if !giveUp.IsZero() {
 			left := giveUp.Sub(c.clk.Now())

@@ -244,7 +244,8 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		}
 		// Queued on a majority, and heard there: a release that
 		// reserves a slot for this client names it, and one that frees
-		// a slot (no one was queued) is heard too. It wakes for those,
+		// a slot with no head to reserve it for (every waiter in line
+		// has one on its way) is heard too. It wakes for those,
 		// or to renew its place before its lease ends; a local release
 		// (a poke) says nothing more.
 		named := p != nil && p.queued && w.listeningEach(len(s.slots), c.quorum)

@@ -275,34 +275,42 @@ func testRelease(t *testing.T, f Factory) {
 	// channel hears an announced release and not a silent one. A
 	// Handoffer announces a delete only where a queue is there (see
 	// node.Handoffer): here a registration of the releaser's own
-	// client, which a release passes over.
+	// client, which an announced release passes over and a silent one
+	// (a rollback) hands the key on to, announced on its own channel.
 	sub := redistest.Dial(t, "redis://"+e.addr)
 	_, err := sub.Do(e.ctx, "SUBSCRIBE", node.ReleaseChannel(k.Name))
 	require.NoError(t, err)
-	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
-	assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
 	h, queues := e.n.(node.Handoffer)
 	k.Owner = "o"
-	if queues {
+	mine := node.Key{Name: k.Name, Token: "tok-3", Owner: "o"}
+	if !queues {
+		e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
+		assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
+	} else {
+		e.resultOf(e.n.Acquire(e.ctx, &mine, time.Minute, true))(node.Taken, "a waiter of the holder's client")
+		e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
+		assert.Equal(t, "~o", e.get(k.Name), "handed on to the head, the holder's own client")
+		assert.Nil(t, receive(t, sub, 300*time.Millisecond), "a silent release is not published on the release channel")
+		require.NoError(t, h.Leave(e.ctx, &mine))
+		require.NotNil(t, receive(t, sub, 5*time.Second), "the waiter leaves: the key is free, announced")
 		e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire again")
 		e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release, no one queued")
 		assert.Equal(t, int64(0), e.do("EXISTS", k.Name), "released")
 		assert.Nil(t, receive(t, sub, 300*time.Millisecond), "a Handoffer announces nothing where no one is queued")
 	}
 	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire again")
-	mine := node.Key{Name: k.Name, Token: "tok-3", Owner: "o"}
 	if queues {
-		e.resultOf(e.n.Acquire(e.ctx, &mine, time.Minute, true))(node.Taken, "a waiter of the releaser's client")
+		e.resultOf(e.n.Acquire(e.ctx, &mine, time.Minute, true))(node.Taken, "a waiter of the holder's client")
 	}
 	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Done, "an announced release")
 	msg := receive(t, sub, 5*time.Second)
 	require.NotNil(t, msg, "an announced release is published")
 	assert.Equal(t, node.ReleaseChannel(k.Name), string(msg[1].([]byte)), "published on the release channel")
-	assert.Nil(t, receive(t, sub, 300*time.Millisecond), "only the announced release was published")
 	if queues {
 		require.NoError(t, h.Leave(e.ctx, &mine))
 		assert.Equal(t, int64(0), e.do("EXISTS", node.WaitersKey(k.Name)), "nothing left of the queue")
 	}
+	assert.Nil(t, receive(t, sub, 300*time.Millisecond), "only the announced release was published")
 
 	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Absent, "release of an absent key")
 }
@@ -878,7 +886,20 @@ func testFence(t *testing.T, f Factory) {
 	next := e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: k.Name, Token: "tok-3"}, time.Minute, time.Hour))(node.Done, "the next fenced acquire")
 	assert.Greater(t, next.Fence, res.Fence+1000, "fences grow from one grant to the next")
 	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: k.Name, Token: "tok-3"}, false))(node.Done, "release")
-	e.do("DEL", fk)
+
+	// A fenced waiter does not queue, but a refused fenced acquire
+	// marks the queue key: the holder's announced release is then
+	// published on the release channel, though no one is queued (see
+	// node.Handoffer).
+	if _, queues := e.n.(node.Handoffer); queues {
+		sub := e.subscribe(t, k.Name)
+		holder := node.Key{Name: k.Name, Token: "tok-4"}
+		e.resultOf(fe.AcquireFenced(e.ctx, &holder, time.Minute, time.Hour))(node.Done, "a fenced holder")
+		e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: k.Name, Token: "tok-5"}, time.Minute, time.Hour))(node.Taken, "a fenced waiter")
+		e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
+		require.NotNil(t, receive(t, sub, 5*time.Second), "the release is announced to the fenced waiter")
+	}
+	e.do("DEL", fk, node.WaitersKey(k.Name))
 }
 
 // startHandoffer is start for a test of node.Handoffer; it skips the

@@ -91,6 +91,10 @@ if not v and (not ok or head == tag) then
   return {ok = "OK"}
 end
 if not ok then
+  -- Not queued (a user that may not run TIME): mark the queue key, as
+  -- acquire_fenced.lua does, so that a release announces the delete.
+  redis.pcall("HSETNX", wk, "#", 0)
+  redis.pcall("PEXPIRE", wk, ARGV[4])
   return {redis.call("PTTL", key), 0}
 end
 if not v then

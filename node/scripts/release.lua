@@ -39,9 +39,11 @@ if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
 end
 -- The common case, before the libraries are defined (each definition
 -- costs the script a closure per call): no one queued, the key is
--- freed, and not announced, not even for an Unlock: every waiter
--- registers in the queue with each waiting attempt, and one that is
--- subscribed but has not queued yet makes that attempt once its
+-- freed, and not announced, not even for an Unlock: a waiter registers
+-- in the queue with each waiting attempt (one that does not queue, a
+-- fenced lock's or a user's without TIME, marks the queue key with the
+-- ticket counter alone, see acquire_fenced.lua), and one that is
+-- subscribed but has not tried since makes that attempt once its
 -- subscription is confirmed, which finds the key free. (The PUBLISH
 -- cost the node as much as the rest of this path.) HLEN, not EXISTS: a
 -- user that may not run the hash commands cannot queue its waiters, and
