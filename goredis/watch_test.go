@@ -15,6 +15,7 @@ import (
 	"github.com/quorumlock/redlock/goredis"
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/node/nodetest"
 )
 
 // numsub is PUBSUB NUMSUB of channel on the server behind admin.
@@ -42,27 +43,6 @@ func released(t *testing.T, ch <-chan struct{}, want bool) {
 	case <-time.After(200 * time.Millisecond):
 		assert.False(t, want, "no wake-up after an announced release")
 	}
-}
-
-// announce takes key and releases it announced, with a waiter of the
-// holder's own client queued: a release that finds no one queued
-// announces nothing (node.Handoffer); one that finds only a waiter of
-// its own client, which it passes over, announces the delete to all.
-func announce(t *testing.T, n node.Node, key string) {
-	t.Helper()
-	bg := context.Background()
-	k := node.Key{Name: key, Token: "t", Owner: "o"}
-	next := node.Key{Name: key, Token: "t2", Owner: "o"}
-	res, err := n.Acquire(bg, &k, time.Minute, false)
-	require.NoError(t, err)
-	require.Equal(t, node.Done, res.Status)
-	res, err = n.Acquire(bg, &next, time.Minute, true)
-	require.NoError(t, err)
-	require.Equal(t, node.Taken, res.Status)
-	res, err = n.Release(bg, &k, true)
-	require.NoError(t, err)
-	require.Equal(t, node.Done, res.Status)
-	require.NoError(t, n.(node.Handoffer).Leave(bg, &next))
 }
 
 // stopped stops w, and checks that Stop returns at once and that the
@@ -138,7 +118,7 @@ func TestWatch(t *testing.T) {
 
 		k := node.Key{Name: "k", Token: "t"}
 		for range 2 {
-			announce(t, n, "k")
+			nodetest.Announce(t, n, "k")
 			released(t, woke, true)
 			released(t, woke2, true)
 		}

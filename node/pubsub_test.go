@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/redlock/internal/redistest"
 	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/node/nodetest"
 )
 
 // numsub is PUBSUB NUMSUB of channel on the server behind admin.
@@ -41,28 +42,6 @@ func released(t *testing.T, ch <-chan struct{}, want bool) {
 	}
 }
 
-// announce takes key and releases it announced, with a waiter of the
-// holder's own client queued: a release that finds no one queued
-// announces nothing (node.Handoffer); one that finds only a waiter of
-// its own client, which it passes over, announces the delete to all.
-// It returns the release's result.
-func announce(t *testing.T, r *node.Redis, key string) node.Result {
-	t.Helper()
-	bg := context.Background()
-	k := node.Key{Name: key, Token: "t", Owner: "o"}
-	next := node.Key{Name: key, Token: "t2", Owner: "o"}
-	res, err := r.Acquire(bg, &k, time.Minute, false)
-	require.NoError(t, err)
-	require.Equal(t, node.Done, res.Status)
-	res, err = r.Acquire(bg, &next, time.Minute, true)
-	require.NoError(t, err)
-	require.Equal(t, node.Taken, res.Status)
-	res, err = r.Release(bg, &k, true)
-	require.NoError(t, err)
-	require.NoError(t, r.Leave(bg, &next))
-	return res
-}
-
 // TestWatchCountsReferences: one subscription per channel per node,
 // however many watches; it lingers after the last watch (a new watch is
 // ready at once), is gone after the linger, and at Close.
@@ -81,7 +60,7 @@ func TestWatchCountsReferences(t *testing.T) {
 
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "t"}
-	announce(t, r, "k")
+	nodetest.Announce(t, r, "k")
 	released(t, a, true)
 	released(t, b, true)
 
@@ -104,14 +83,14 @@ func TestWatchCountsReferences(t *testing.T) {
 		t.Fatal("a watch on a lingering channel is not ready at once")
 	}
 	assert.Equal(t, 0, r.Lingering())
-	announce(t, r, "k")
+	nodetest.Announce(t, r, "k")
 	released(t, a, true) // the lingering subscription was live
 
 	r.SetLinger(50 * time.Millisecond)
 	wc.Stop()
 	time.Sleep(100 * time.Millisecond)
 	// Any message makes the subscriber sweep: the linger is over.
-	announce(t, r, "k")
+	nodetest.Announce(t, r, "k")
 	require.Eventually(t, func() bool { return numsub(t, admin, ch) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"unsubscribed after the linger")
 	assert.Equal(t, 0, r.Lingering())
@@ -147,7 +126,7 @@ func TestWatchSurvivesAKilledConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return numsub(t, admin, node.ReleaseChannel("k")) == 1 }, 5*time.Second, 10*time.Millisecond,
 		"subscribed again")
-	announce(t, r, "k")
+	nodetest.Announce(t, r, "k")
 	released(t, woke, true)
 }
 
@@ -165,7 +144,7 @@ func TestReleaseWithoutPublishRights(t *testing.T) {
 	woke := make(chan struct{}, 1)
 	w := r.Watch("k", "", woke)
 	defer w.Stop()
-	assert.Equal(t, node.Done, announce(t, r, "k").Status, "released, the publish failing quietly")
+	assert.Equal(t, node.Done, nodetest.Announce(t, r, "k").Status, "released, the publish failing quietly")
 	select {
 	case <-w.Ready():
 		t.Error("a subscription without the rights was confirmed")

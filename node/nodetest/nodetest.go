@@ -315,26 +315,32 @@ func testRelease(t *testing.T, f Factory) {
 	e.resultOf(e.n.Release(e.ctx, &k, true))(node.Absent, "release of an absent key")
 }
 
-// takeAndAnnounce takes k and releases it announced, so that the
-// release is published on node.ReleaseChannel(k.Name). A Handoffer
-// announces a delete only where a queue is there (see node.Handoffer):
-// for it, a waiter of k's own client queues first, which the release
-// passes over, and leaves after.
-func (e *env) takeAndAnnounce(t *testing.T, k *node.Key) {
+// Announce takes key on n and releases it announced, so that the
+// release is published on node.ReleaseChannel(key), for tests of a
+// node.Watcher. A Handoffer announces a delete only where a queue is
+// there (see node.Handoffer): on one, a waiter of the holder's own
+// client queues first, which the release passes over, and leaves after.
+// It returns the release's result.
+func Announce(t testing.TB, n node.Node, key string) node.Result {
 	t.Helper()
-	own := *k
-	own.Owner = "o"
-	own.Token = k.Token + "-next"
-	k.Owner = "o"
-	e.resultOf(e.n.Acquire(e.ctx, k, time.Minute, false))(node.Done, "acquire")
-	h, queues := e.n.(node.Handoffer)
+	ctx := context.Background()
+	k := node.Key{Name: key, Token: "announce", Owner: "o"}
+	next := node.Key{Name: key, Token: "announce-next", Owner: "o"}
+	res, err := n.Acquire(ctx, &k, time.Minute, false)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status, "Announce takes the key")
+	h, queues := n.(node.Handoffer)
 	if queues {
-		e.resultOf(e.n.Acquire(e.ctx, &own, time.Minute, true))(node.Taken, "a waiter of the holder's client")
+		res, err = n.Acquire(ctx, &next, time.Minute, true)
+		require.NoError(t, err)
+		require.Equal(t, node.Taken, res.Status, "a waiter of the holder's client queues")
 	}
-	e.resultOf(e.n.Release(e.ctx, k, true))(node.Done, "an announced release")
+	res, err = n.Release(ctx, &k, true)
+	require.NoError(t, err)
 	if queues {
-		require.NoError(t, h.Leave(e.ctx, &own))
+		require.NoError(t, h.Leave(ctx, &next))
 	}
+	return res
 }
 
 // subscribe returns a connection subscribed to the release channel of
@@ -804,7 +810,7 @@ func testWatch(t *testing.T, f Factory) {
 	}
 	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
 	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "a silent release")
-	e.takeAndAnnounce(t, &k)
+	Announce(t, e.n, k.Name)
 	select {
 	case <-released:
 	case <-time.After(5 * time.Second):
@@ -821,7 +827,7 @@ func testWatch(t *testing.T, f Factory) {
 	e.do("CLIENT", "KILL", "TYPE", "pubsub")
 	seen := false
 	for i := 0; i < 100 && !seen; i++ {
-		e.takeAndAnnounce(t, &k)
+		Announce(t, e.n, k.Name)
 		select {
 		case <-released:
 			seen = true
@@ -832,7 +838,7 @@ func testWatch(t *testing.T, f Factory) {
 
 	watch.Stop()
 	watch.Stop() // twice is fine
-	e.takeAndAnnounce(t, &k)
+	Announce(t, e.n, k.Name)
 	select {
 	case <-released:
 		t.Fatal("a release was sent after Stop")
@@ -896,8 +902,13 @@ func testFence(t *testing.T, f Factory) {
 		holder := node.Key{Name: k.Name, Token: "tok-4"}
 		e.resultOf(fe.AcquireFenced(e.ctx, &holder, time.Minute, time.Hour))(node.Done, "a fenced holder")
 		e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: k.Name, Token: "tok-5"}, time.Minute, time.Hour))(node.Taken, "a fenced waiter")
+		e.resultOf(e.n.Release(e.ctx, &holder, false))(node.Done, "the holder's rollback")
+		assert.Nil(t, receive(t, sub, 300*time.Millisecond), "a rollback is not announced")
+		assert.Equal(t, int64(1), e.do("EXISTS", node.WaitersKey(k.Name)), "and leaves the mark")
+		e.resultOf(fe.AcquireFenced(e.ctx, &holder, time.Minute, time.Hour))(node.Done, "the holder again")
 		e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
 		require.NotNil(t, receive(t, sub, 5*time.Second), "the release is announced to the fenced waiter")
+		assert.Equal(t, int64(0), e.do("EXISTS", node.WaitersKey(k.Name)), "and the mark, served, is gone")
 	}
 	e.do("DEL", fk, node.WaitersKey(k.Name))
 }

@@ -141,9 +141,10 @@ local function hand_on(key, wk, skip, quiet)
     end
     local now = now_ms()
     local h, lease, tk, gttl, gtok, g = queue_head(wk, now, skip)
-    if not h and redis.call("HLEN", wk) == 1 then
+    if not h and not quiet and redis.call("HLEN", wk) == 1 then
       -- Only the ticket counter: a mark of a waiter that does not
-      -- queue (see acquire_fenced.lua), which this announcement serves.
+      -- queue (see acquire_fenced.lua), which this announcement serves
+      -- (a quiet one leaves it for the next).
       redis.call("DEL", wk)
     end
     if not h or string.sub(h, 1, 1) == "r" then

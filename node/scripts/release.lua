@@ -6,10 +6,11 @@
 -- ARGV[1]  the caller's token
 -- ARGV[2]  "1" for an Unlock: hand on and announce where anyone is
 --          queued (see hand_on in queue.lua), delete unannounced where
---          no one is (see the common case below); "0" for a rollback: where anyone is queued, hand
---          on to the head, the caller's client included (its waiting
---          attempt is its next), announced on the head's channel only;
---          where no one is, delete quietly. A waiter queued there would
+--          no one is (see the common case below); "0" for a rollback:
+--          where anyone is queued, hand on to the head, the caller's
+--          client included (its waiting attempt is its next), announced
+--          on the head's channel only; where no one is (or only a mark,
+--          see acquire_fenced.lua), delete quietly. A waiter queued there would
 --          otherwise wait for a key that is free and that no release
 --          announces, and the racers that failed together would split
 --          the nodes again on their next attempts
