@@ -351,7 +351,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		ticket  int64  // this call's place in the nodes' queue for key; 0 before it has one
 		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
 		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
-		refused bool   // an attempt was refused by a holder: this call waited
+		refused bool   // an attempt failed for a reason a retry may change: this call waited
 	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
