@@ -247,6 +247,14 @@ func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (no
 	if announce {
 		flag = announceYes
 	}
+	if k.Requeue && !announce && k.Ticket > 0 {
+		grant := k.Grant // asked for again, as Acquire asks for it
+		if n.resends {
+			grant = ""
+		}
+		return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner,
+			k.Ticket, node.WaiterLease.Milliseconds(), grant)
+	}
 	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner)
 }
 

@@ -43,7 +43,8 @@ func queuedEverywhere(t *testing.T, key string, n int) {
 // lockEverywhere takes key with c and returns once its token is on every
 // node: a fresh client's first call can give up on a node while it dials
 // (the node timeout is short), and a node without the holder's key lets
-// a waiter take it there and roll back at every poll, never queued there.
+// a waiter take it there and roll it back at every poll (see
+// TestNodeOutsideTheMajorityRejoins).
 func lockEverywhere(t *testing.T, c *redlock.Client, key string) *redlock.Lock {
 	t.Helper()
 	for range 10 {
@@ -263,4 +264,35 @@ func TestKeyStaysHotWhileGrantsEndTheWaits(t *testing.T) {
 	assert.Equal(t, int32(1), turn(), "a hot key: the first attempt queues, a grant ends the wait")
 	time.Sleep(2 * time.Second)
 	assert.Equal(t, int32(1), turn(), "still hot: the grant-ended wait counted")
+}
+
+// TestNodeOutsideTheMajorityRejoins: one node has lost the holder's key
+// (it expired there, or the node restarted empty) while the holder keeps
+// a majority. A waiter's attempt takes that free key and rolls it back;
+// the rollback queues the waiter there again, as the other nodes hold it
+// (before, the node kept an empty queue, and every waiting attempt took
+// its key and rolled it back again), and the holder's Unlock, finding
+// the key absent there, hands it to the head as the other nodes do: the
+// waiter's lock holds all five nodes again.
+func TestNodeOutsideTheMajorityRejoins(t *testing.T) {
+	p := prefix(t, 3*time.Second)
+	key := p + "k"
+	ctx := context.Background()
+	h, w := client(t), client(t)
+	hl := lockEverywhere(t, h, key)
+	_, err := shared.Direct(4).Command(ctx, "DEL", key)
+	require.NoError(t, err)
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := w.Lock(ctx, key)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	queuedEverywhere(t, key, 1)
+	require.NoError(t, hl.Unlock(ctx))
+	wl := <-got
+	require.NotNil(t, wl)
+	require.Eventually(t, func() bool { return holdersOf(t, wl) == shared.Size() }, 5*time.Second, 5*time.Millisecond,
+		"the waiter holds every node, node 4 too")
+	require.NoError(t, wl.Unlock(ctx))
 }

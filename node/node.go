@@ -101,6 +101,10 @@ type Key struct {
 	// key's own queue (Queue "") grants; a Leave with Grant hands on a
 	// key granted to it. Make it with GrantValue.
 	Grant string
+	// Requeue marks the rollback of a waiting Acquire: a Release without
+	// announce that frees the key queues Owner again with Ticket (see
+	// Handoffer). Only a key's own queue (Queue "") requeues.
+	Requeue bool
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal
@@ -390,7 +394,19 @@ const WaiterLease = 2 * time.Second
 // in the same way, announced on the head's channel only, but to whoever
 // heads the queue, the releaser's client included (its waiting attempt
 // is its next): a waiter would otherwise wait for a free key that no
-// release announces. A Release or
+// release announces. A rollback of a waiting Acquire that set the key
+// (Key.Requeue, a key's own queue) first queues the owner again with
+// Key.Ticket (and Key.Grant, for WaiterLease), as the nodes that refused
+// that Acquire hold it, and where
+// the owner is then the head deletes the key quietly: a node whose key
+// is free while another client holds a majority keeps its queue, and
+// its order, instead of being taken and rolled back by every waiter. An
+// Unlock (Release with announce) that finds the key absent where
+// anyone is queued in its own queue hands it on as if it held it: the
+// node had fallen out of the majority that holds the lock (its key
+// expired, or a grant skipped it), and its waiters would otherwise wait
+// there for a key that is free; a free key may be taken by anyone, so
+// handing it to the head is as safe as the head's SET NX. A Release or
 // Transfer of a lock held by a grant that finds the key not its own
 // drops the owner's registration that asks for that grant. A plain
 // Acquire (no holderTTL) ignores the queue: it takes a free key, never a

@@ -376,7 +376,11 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner)})
+	args := []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner)}
+	if k.Requeue && !announce && k.Ticket > 0 {
+		args = append(args, k.Ticket, waiterLeaseMS, k.Grant)
+	}
+	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
 	}

@@ -83,6 +83,7 @@ type command struct {
 	from     *Lock         // transfer: the lock handed over, and
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
+	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue); 0: none
 }
 
 // round is one command sent through a chain: the quorum round that counts
@@ -361,7 +362,7 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 		switch {
 		case cmd.op == "acquire" && !cmd.fenced:
 			return r.ch.c.nodes[i].Acquire(ctx, r.ch.k, cmd.ttl, cmd.wait)
-		case cmd.op == "release":
+		case cmd.op == "release" && cmd.requeue == 0:
 			return r.ch.c.nodes[i].Release(ctx, r.ch.k, cmd.announce)
 		}
 	}
@@ -394,6 +395,10 @@ func (r *round) doRare(ctx context.Context, i int) (node.Result, error) {
 		return n.Extend(ctx, k, cmd.ttl)
 	case "reseed":
 		return n.Acquire(ctx, k, cmd.ttl, false)
+	case "release": // a waiting attempt's rollback
+		rk := *k
+		rk.Ticket, rk.Requeue = cmd.requeue, true
+		return n.Release(ctx, &rk, false)
 	}
 	return n.(node.Handoffer).Transfer(ctx, &cmd.from.k, k, cmd.ttl) // "transfer"
 }

@@ -861,10 +861,18 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 			return l, nil
 		}
 		r.Collect() // acquires that answered since: wait for their release too
-		c.rollback(ctx, l, r)
+		c.rollback(ctx, l, r, 0)
 		return nil, qe
 	}
-	c.rollback(ctx, l, r)
+	requeue := int64(0)
+	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
+		// Nodes where this waiting attempt set the key (it was free and
+		// the client headed the queue there) queue the client again as
+		// the refusing nodes did, with the ticket they gave.
+		given, _, _ := tickets(r.Replies, c.quorum)
+		requeue = max(ticket, given)
+	}
+	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	// Replies that came in during the rollback tell more about when the
@@ -935,8 +943,10 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // SET returns (a lost or late reply may hide a SET that took effect). It
 // returns once the nodes that answered Done have released, so that a
 // competitor is not kept waiting; the others finish in the background.
-func (c *Client) rollback(ctx context.Context, l *Lock, r *round) {
-	l.ch.send(ctx, command{op: "release"})
+// requeue (0: none) is the ticket a waiting attempt's rollback queues the
+// client with again where it frees the key (node.Key.Requeue).
+func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
+	l.ch.send(ctx, command{op: "release", requeue: requeue})
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {

@@ -1075,6 +1075,59 @@ func testQueue(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nothing is left of the queue")
 	e.resultOf(e.n.Release(e.ctx, ck, true))(node.Done, "c releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "a release with no one queued deletes the key")
+
+	// A node whose key is free while another client holds the majority:
+	// a waiting attempt that heads its (empty) queue takes the key, and
+	// its rollback (Requeue, the ticket the refusing nodes gave) queues
+	// it again and deletes the key quietly, the caller being the head;
+	// the next waiter is refused there and queued behind it, in the
+	// nodes' order, instead of taking the key in its turn.
+	bk = key("tok-b6", "b", 0)
+	bk.Grant = node.GrantValue("b", "g9")
+	e.resultOf(e.n.Acquire(e.ctx, bk, time.Minute, true))(node.Done, "b takes the free key, heading an empty queue")
+	rb := *bk
+	rb.Ticket, rb.Requeue = 7, true
+	e.resultOf(e.n.Release(e.ctx, &rb, false))(node.Done, "b's attempt is rolled back")
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "the key is free")
+	assert.Nil(t, receive(t, toB, 100*time.Millisecond), "and b, the head, is not told")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "nor anyone")
+	res = e.resultOf(e.n.Acquire(e.ctx, key("tok-c6", "c", 0), time.Minute, true))(node.Taken, "c does not take it: b heads the queue")
+	assert.Equal(t, int64(8), res.Ticket, "c is queued after b's ticket")
+	// An Unlock that finds the key absent where waiters are queued hands
+	// it on to the head all the same, announced on its channel: granted,
+	// as b's requeued registration asks, naming the rolled-back attempt.
+	e.resultOf(e.n.Release(e.ctx, key("tok-z", "z", 0), true))(node.Absent, "an Unlock where the key is absent")
+	v := e.get(name)
+	assert.LessOrEqual(t, e.pttl(name), node.WaiterLease, "for a lease at most")
+	msg = receive(t, toB, 5*time.Second)
+	require.NotNil(t, msg)
+	if v == "~b" {
+		// A node that asks for no grants (see testGrant) reserves.
+		assert.Equal(t, "b", string(msg[2].([]byte)), "announced to b")
+	} else {
+		assert.Equal(t, rb.Grant, v, "the key is granted to b, the head")
+		assert.Equal(t, node.GrantMessage(rb.Grant, "tok-b6"), string(msg[2].([]byte)), "announced to b")
+	}
+	bk = key("tok-b7", "b", 7)
+	bk.Grant = rb.Grant
+	e.resultOf(e.n.Acquire(e.ctx, bk, time.Minute, true))(node.Done, "b takes it")
+	// A rollback whose caller is not the head (a waiter with a lower
+	// ticket queued since its attempt) hands the key on to the head.
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-d1", "d", 5), time.Minute, true))(node.Taken, "d waits with ticket 5")
+	toD := e.subscribe(t, node.ReservedKey(name, "d"))
+	rb = *bk
+	rb.Requeue, rb.Grant = true, ""
+	e.resultOf(e.n.Release(e.ctx, &rb, false))(node.Done, "b's attempt is rolled back")
+	assert.Equal(t, "~d", e.get(name), "reserved for d, the head")
+	require.NotNil(t, receive(t, toD, 5*time.Second), "announced to d")
+	for _, w := range []string{"b", "c", "d"} {
+		require.NoError(t, h.Leave(e.ctx, key("", w, 0)))
+	}
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "nothing is left of the key")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nor of the queue")
+	require.NotNil(t, receive(t, all, 5*time.Second), "d's leave frees the key for all")
+	e.resultOf(e.n.Release(e.ctx, key("tok-z", "z", 0), true))(node.Absent, "an Unlock where the key is absent and no one waits")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "announces nothing")
 }
 
 // testGrant checks direct grants (node.Key.Grant): a release hands the

@@ -19,7 +19,31 @@
 --          other than that client, whose next holder takes it from it in
 --          its turn (node.Handoffer.Transfer), and whose place there may
 --          be a stale registration that no waiting call would claim
+-- ARGV[4]  a rollback's ticket ("0" or absent: none): the rolled-back
+--          attempt was a waiting one (node.Key.Requeue) that set the key
+--          here as the head of a queue, and left it; where it frees the
+--          key, the caller's client is queued again with this ticket for
+--          ARGV[5] milliseconds, as its attempt had been on the nodes that
+--          refused it. Otherwise a node where such attempts take a free
+--          key (it was not reserved there for the majority's next holder)
+--          ends with an empty queue, and every waiter's attempt takes it
+--          and rolls it back again. Where the caller is then the head, the
+--          key is deleted quietly (its wait goes on); else it is handed on
+-- ARGV[5]  the lease of that registration, in milliseconds
+-- ARGV[6]  the grant that attempt asked for ("" or absent: none): the
+--          registration asks for it again, with the rolled-back token as
+--          its registering attempt's and the lease as its TTL (at least
+--          node.GrantTTL of the attempt's TTL: longer only delays the
+--          key's expiry past what the waiter counts), so that a release
+--          here grants the key as the refusing nodes would
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
+-- An Unlock that finds the key absent where waiters are queued on the
+-- lock's own queue hands it on all the same (see hand_on): the releaser's
+-- lock did not hold this node (its keys expired, or the majority that
+-- granted it did not include the node), and without a release here the
+-- node's waiters would find their turn only by attempts that take the
+-- free key against the majority's holder. A free key may be taken by
+-- anyone, so handing it to the head is as safe as that head's SET NX.
 -- The announcement: "" on the key's release channel, KEYS[1] ..
 -- ":released" (node.ReleaseChannel), when it was deleted where a queue
 -- was there (or could not be read) but no head to hand on to; the head's tag
@@ -32,12 +56,17 @@
 -- key is not its own (not granted here yet), so that it is not granted
 -- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
+local own = KEYS[2] == KEYS[1] .. ":waiters"
 if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   if v then
     return 0
   end
-  return -1
+  local n = (ARGV[2] == "1" and own) and redis.pcall("HLEN", KEYS[2])
+  if type(n) ~= "number" or n == 0 then
+    return -1
+  end
 end
+local requeue = ARGV[2] ~= "1" and own and (tonumber(ARGV[4]) or 0) > 0 and (ARGV[3] or "") ~= ""
 -- The common case, before the libraries are defined (each definition
 -- costs the script a closure per call): no one queued, the key is
 -- freed, and not announced, not even for an Unlock: a waiter registers
@@ -49,7 +78,7 @@ end
 -- cost the node as much as the rest of this path.) HLEN, not EXISTS: a
 -- user that may not run the hash commands cannot queue its waiters, and
 -- takes hand_on's path, which announces the delete to all.
-if v == ARGV[1] then
+if v == ARGV[1] and not requeue then
   if redis.pcall("HLEN", KEYS[2]) == 0 then
     redis.call("DEL", KEYS[1])
     return 1
@@ -65,7 +94,22 @@ if v ~= ARGV[1] then
   if v then
     return 0
   end
+  if ARGV[2] == "1" and own then
+    -- Absent here, while waiters are queued (see above).
+    hand_on(KEYS[1], KEYS[2], ARGV[3] ~= "" and ARGV[3] or nil, false)
+  end
   return -1
+end
+if requeue then
+  local ok, head = pcall(function()
+    local now = now_ms()
+    queue_join(KEYS[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), now, ARGV[5], ARGV[1], ARGV[6])
+    return queue_head(KEYS[2], now, nil)
+  end)
+  if ok and head == ARGV[3] then
+    redis.call("DEL", KEYS[1])
+    return 1
+  end
 end
 local skip = nil
 if ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" and ARGV[3] and ARGV[3] ~= "" then
