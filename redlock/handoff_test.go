@@ -234,6 +234,38 @@ func handoffUnderWay(t *testing.T, fakes []*fakeNode, first *redlock.Lock) (open
 	return func() { close(gateC) }, errc
 }
 
+// TestWaiterDoesNotTryWhileTheTransferToItIsOnItsWay: the waiter's
+// retry delay (10 ms) ends again and again while its client's Unlock is
+// handing the lock to it; it sends no attempt meanwhile (the nodes could
+// only refuse it: the key holds the old token, then its own) and takes
+// the lock the transfer brings.
+func TestWaiterDoesNotTryWhileTheTransferToItIsOnItsWay(t *testing.T) {
+	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	ctx := context.Background()
+	first, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	acquires := make([]int, len(fakes))
+	for i, f := range fakes {
+		acquires[i] = f.count("acquire")
+	}
+	open, unlocked := handoffUnderWay(t, fakes, first)
+	for range 20 {
+		clk.Advance(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	for i, f := range fakes {
+		assert.Equal(t, acquires[i], f.count("acquire"), "node %d: no attempt while the transfer is on its way", i)
+	}
+	open()
+	require.NoError(t, <-unlocked)
+	r := receiveLock(t, rc)
+	require.NoError(t, r.err)
+	assert.Equal(t, 3, holders(fakes, "k", r.l.Token()), "the waiter holds the lock the transfer brought")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
 // TestHandoffToAWaiterThatGaveUp: the waiter's context ends while the
 // transfer to it is under way; its Lock returns the context's error and
 // the lock handed to it is unlocked: no key is left.
