@@ -56,17 +56,19 @@
 -- key is not its own (not granted here yet), so that it is not granted
 -- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
-local own = KEYS[2] == KEYS[1] .. ":waiters"
 if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   if v then
     return 0
   end
-  local n = (ARGV[2] == "1" and own) and redis.pcall("HLEN", KEYS[2])
+  local n = ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" and redis.pcall("HLEN", KEYS[2])
   if type(n) ~= "number" or n == 0 then
     return -1
   end
 end
-local requeue = ARGV[2] ~= "1" and own and (tonumber(ARGV[4]) or 0) > 0 and (ARGV[3] or "") ~= ""
+-- (Only a rollback sends ARGV[4]: an Unlock's common case below reads
+-- no more than before.)
+local requeue = ARGV[4] and ARGV[2] ~= "1" and (tonumber(ARGV[4]) or 0) > 0 and (ARGV[3] or "") ~= ""
+  and KEYS[2] == KEYS[1] .. ":waiters"
 -- The common case, before the libraries are defined (each definition
 -- costs the script a closure per call): no one queued, the key is
 -- freed, and not announced, not even for an Unlock: a waiter registers
@@ -94,7 +96,7 @@ if v ~= ARGV[1] then
   if v then
     return 0
   end
-  if ARGV[2] == "1" and own then
+  if ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" then
     -- Absent here, while waiters are queued (see above).
     hand_on(KEYS[1], KEYS[2], ARGV[3] ~= "" and ARGV[3] or nil, false)
   end
