@@ -102,8 +102,10 @@ type Key struct {
 	// key granted to it. Make it with GrantValue.
 	Grant string
 	// Requeue marks the rollback of a waiting Acquire: a Release without
-	// announce that frees the key queues Owner again with Ticket (see
-	// Handoffer). Only a key's own queue (Queue "") requeues.
+	// announce that frees the key queues Owner again with Ticket, asking
+	// for Grant for WaiterLease (see Handoffer; a caller whose GrantTTL
+	// is shorter sends no Grant). Only a key's own queue (Queue "")
+	// requeues.
 	Requeue bool
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
@@ -437,7 +439,10 @@ type Handoffer interface {
 	Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error)
 	// Leave takes k.Owner out of k.Name's queue, and passes a
 	// reservation for it, or a key that holds k.Grant, on to the next
-	// head: a waiter that gives up leaves nothing behind.
+	// head, as it does a key of its own queue that is absent where
+	// others wait (the rollback of its last attempt may have deleted it
+	// quietly, see Key.Requeue): a waiter that gives up leaves nothing
+	// behind.
 	Leave(ctx context.Context, k *Key) error
 }
 

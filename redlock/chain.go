@@ -83,7 +83,7 @@ type command struct {
 	from     *Lock         // transfer: the lock handed over, and
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
-	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue); 0: none
+	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
 }
 
 // round is one command sent through a chain: the quorum round that counts
@@ -398,6 +398,11 @@ func (r *round) doRare(ctx context.Context, i int) (node.Result, error) {
 	case "release": // a waiting attempt's rollback
 		rk := *k
 		rk.Ticket, rk.Requeue = cmd.requeue, true
+		if node.GrantTTL(cmd.ttl) < node.WaiterLease {
+			// The registration's grant lasts a lease (see
+			// node.Key.Requeue), longer than this TTL's: a reservation.
+			rk.Grant = ""
+		}
 		return n.Release(ctx, &rk, false)
 	}
 	return n.(node.Handoffer).Transfer(ctx, &cmd.from.k, k, cmd.ttl) // "transfer"

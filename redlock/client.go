@@ -869,7 +869,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		return nil, qe
 	}
 	requeue := int64(0)
-	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
+	if wait && c.handoff && !cfg.shared && !cfg.fenced && cfg.queue == "" {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.
@@ -950,7 +950,7 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // requeue (0: none) is the ticket a waiting attempt's rollback queues the
 // client with again where it frees the key (node.Key.Requeue).
 func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
-	l.ch.send(ctx, command{op: "release", requeue: requeue})
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl})
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ type handoffNode struct {
 	hmu     sync.Mutex                   // taken before fakeNode.mu
 	waiters map[string]map[string]waiter // queue -> owner -> place
 	tickets map[string]int64             // queue -> last ticket given out
+	requeue []node.Key                   // the rollbacks that asked to queue their client again (node.Key.Requeue), as sent
 }
 
 type waiter struct {
@@ -144,6 +146,11 @@ func (n *handoffNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duratio
 }
 
 func (n *handoffNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
+	if k.Requeue {
+		n.hmu.Lock()
+		n.requeue = append(n.requeue, *k)
+		n.hmu.Unlock()
+	}
 	if !announce && k.Queue == "" {
 		return n.fakeNode.Release(ctx, k, announce)
 	}
@@ -237,4 +244,12 @@ func (n *handoffNode) queued(q string) int {
 	n.hmu.Lock()
 	defer n.hmu.Unlock()
 	return len(n.waiters[q])
+}
+
+// requeued returns the rollbacks sent to n that asked to queue their
+// client again.
+func (n *handoffNode) requeued() []node.Key {
+	n.hmu.Lock()
+	defer n.hmu.Unlock()
+	return slices.Clone(n.requeue)
 }

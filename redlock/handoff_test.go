@@ -234,6 +234,55 @@ func handoffUnderWay(t *testing.T, fakes []*fakeNode, first *redlock.Lock) (open
 	return func() { close(gateC) }, errc
 }
 
+// TestRollbackQueuesTheWaiterAgain: a waiting attempt that takes the
+// free key of a node outside the holder's majority rolls it back asking
+// the node to queue its client again (node.Key.Requeue) with the ticket
+// the other nodes gave it, and with its grant where its grant TTL is the
+// waiter lease (a TTL of 2 s or more), without where it is shorter.
+func TestRollbackQueuesTheWaiterAgain(t *testing.T) {
+	for _, ttl := range []time.Duration{10 * time.Second, time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			fakes, _, nodes, clk := watchHandoffNodes() // watched: a waiting attempt asks for a grant
+			holder := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour))
+			ctx := context.Background()
+			l, err := holder.TryLock(ctx, "k")
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 3 }, 5*time.Second, time.Millisecond)
+			fakes[2].mu.Lock()
+			delete(fakes[2].keys, "k") // node 2 has lost the holder's key
+			fakes[2].mu.Unlock()
+			w := handoffClient(t, nodes, clk, redlock.WithTTL(ttl), redlock.WithRetry(redlock.LinearBackoff(time.Second)))
+			wctx, cancel := context.WithCancel(ctx)
+			rc := waitIn(t, wctx, w, clk, "k", 1)
+			n2 := nodes[2].(watchHandoff).handoffNode
+			require.Eventually(t, func() bool {
+				clk.Advance(time.Second) // the retry delays: the attempts after the first wait (queue)
+				return len(n2.requeued()) > 0
+			}, 5*time.Second, 10*time.Millisecond, "a waiting attempt took node 2's free key and rolled it back")
+			rk := n2.requeued()[0]
+			var ticket int64
+			for _, i := range []int{0, 1} {
+				n := nodes[i].(watchHandoff).handoffNode
+				n.hmu.Lock()
+				for _, place := range n.waiters[node.WaitersKey("k")] {
+					ticket = max(ticket, place.ticket)
+				}
+				n.hmu.Unlock()
+			}
+			assert.Positive(t, ticket)
+			assert.Equal(t, ticket, rk.Ticket, "queued again with the ticket the other nodes gave")
+			if node.GrantTTL(ttl) == node.WaiterLease {
+				assert.NotEmpty(t, rk.Grant, "asking for its grant")
+			} else {
+				assert.Empty(t, rk.Grant, "a grant would outlast its TTL: a reservation")
+			}
+			cancel()
+			require.ErrorIs(t, receiveLock(t, rc).err, context.Canceled)
+			require.NoError(t, l.Unlock(ctx))
+		})
+	}
+}
+
 // TestWaiterDoesNotTryWhileTheTransferToItIsOnItsWay: the waiter's
 // retry delay (10 ms) ends again and again while its client's Unlock is
 // handing the lock to it; it sends no attempt meanwhile (the nodes could

@@ -1127,7 +1127,24 @@ func testQueue(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nor of the queue")
 	require.NotNil(t, receive(t, all, 5*time.Second), "d's leave frees the key for all")
 	e.resultOf(e.n.Release(e.ctx, key("tok-z", "z", 0), true))(node.Absent, "an Unlock where the key is absent and no one waits")
-	assert.Nil(t, receive(t, all, 100*time.Millisecond), "announces nothing")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: node.GrantValue("z", "g1"), Owner: "z"}, true))(node.Absent,
+		"so does a lock held by a grant")
+	assert.Nil(t, receive(t, all, 100*time.Millisecond), "and neither announces anything")
+
+	// A waiter that gives up where the key is absent (its last
+	// attempt's rollback deleted it quietly, heading the queue) hands it
+	// on to the next head.
+	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-b8", "b", 20), time.Minute, true))(node.Taken, "b waits")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-c8", "c", 21), time.Minute, true))(node.Taken, "c waits")
+	e.do("DEL", name)
+	require.NoError(t, h.Leave(e.ctx, key("", "b", 0)))
+	assert.Equal(t, "~c", e.get(name), "b's leave hands the free key to c")
+	require.NotNil(t, receive(t, toC, 5*time.Second), "announced to c")
+	require.NoError(t, h.Leave(e.ctx, key("", "c", 0)))
+	require.NotNil(t, receive(t, all, 5*time.Second), "c's leave frees the key for all")
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "nothing is left of the key")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "nor of the queue")
 }
 
 // testGrant checks direct grants (node.Key.Grant): a release hands the

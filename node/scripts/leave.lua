@@ -1,5 +1,9 @@
 -- leave.lua: take a waiter that gives up out of a key's queue; a key
--- reserved for it, or granted to it, goes to the next head. (queue.lua is prepended.)
+-- reserved for it, or granted to it, goes to the next head, and so does
+-- a key of its own queue that is absent where others still wait (the
+-- rollback of the leaver's last attempt may have deleted it quietly, the
+-- leaver heading the queue then, see release.lua's ARGV[4]); with no one
+-- left, nothing is announced. (queue.lua is prepended.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the waiter's client tag (node.Key.Owner)
@@ -9,5 +13,7 @@ pcall(queue_drop, KEYS[2], ARGV[1])
 local v = redis.call("GET", KEYS[1])
 if v == "~" .. ARGV[1] or (v == ARGV[2] and v ~= "") then
   hand_on(KEYS[1], KEYS[2], ARGV[1])
+elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
+  hand_on(KEYS[1], KEYS[2], ARGV[1], true)
 end
 return 1

@@ -32,10 +32,9 @@
 -- ARGV[5]  the lease of that registration, in milliseconds
 -- ARGV[6]  the grant that attempt asked for ("" or absent: none): the
 --          registration asks for it again, with the rolled-back token as
---          its registering attempt's and the lease as its TTL (at least
---          node.GrantTTL of the attempt's TTL: longer only delays the
---          key's expiry past what the waiter counts), so that a release
---          here grants the key as the refusing nodes would
+--          its registering attempt's and the lease as its TTL (a client
+--          sends it only where node.GrantTTL of its TTL is the lease), so
+--          that a release here grants the key as the refusing nodes would
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- An Unlock that finds the key absent where waiters are queued on the
 -- lock's own queue hands it on all the same (see hand_on): the releaser's
@@ -97,8 +96,13 @@ if v ~= ARGV[1] then
     return 0
   end
   if ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" then
-    -- Absent here, while waiters are queued (see above).
-    hand_on(KEYS[1], KEYS[2], ARGV[3] ~= "" and ARGV[3] or nil, false)
+    -- Absent here, while waiters are queued (see above; a lock held
+    -- by a grant comes here unchecked, and its forget may have taken
+    -- the last entry).
+    local n = redis.pcall("HLEN", KEYS[2])
+    if type(n) == "number" and n > 0 then
+      hand_on(KEYS[1], KEYS[2], ARGV[3] ~= "" and ARGV[3] or nil, false)
+    end
   end
   return -1
 end
