@@ -40,6 +40,15 @@ func handoffClient(t *testing.T, nodes []node.Node, clk *clock.Fake, opts ...red
 	return c
 }
 
+// lockOnAll takes "k" with c and returns once its token is on every fake.
+func lockOnAll(t *testing.T, ctx context.Context, c *redlock.Client, fakes []*fakeNode) *redlock.Lock {
+	t.Helper()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
+	return l
+}
+
 type lockResult struct {
 	l   *redlock.Lock
 	err error
@@ -95,9 +104,7 @@ func receiveLock(t *testing.T, rc <-chan lockResult) lockResult {
 func TestHandoffWithinClient(t *testing.T) {
 	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
 	ctx := context.Background()
-	first, err := c.TryLock(ctx, "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	first := lockOnAll(t, ctx, c, fakes)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
 	releases := make([]int, len(fakes))
 	for i, f := range fakes {
@@ -245,9 +252,7 @@ func TestRollbackQueuesTheWaiterAgain(t *testing.T) {
 			fakes, _, nodes, clk := watchHandoffNodes() // watched: a waiting attempt asks for a grant
 			holder := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour))
 			ctx := context.Background()
-			l, err := holder.TryLock(ctx, "k")
-			require.NoError(t, err)
-			require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 3 }, 5*time.Second, time.Millisecond)
+			l := lockOnAll(t, ctx, holder, fakes)
 			fakes[2].mu.Lock()
 			delete(fakes[2].keys, "k") // node 2 has lost the holder's key
 			fakes[2].mu.Unlock()
@@ -291,9 +296,7 @@ func TestRollbackQueuesTheWaiterAgain(t *testing.T) {
 func TestWaiterDoesNotTryWhileTheTransferToItIsOnItsWay(t *testing.T) {
 	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
 	ctx := context.Background()
-	first, err := c.TryLock(ctx, "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	first := lockOnAll(t, ctx, c, fakes)
 	rc := waitIn(t, ctx, c, clk, "k", 1)
 	acquires := make([]int, len(fakes))
 	for i, f := range fakes {
@@ -513,9 +516,7 @@ func TestReleaseWakesOnlyTheNamedClient(t *testing.T) {
 	hour := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
 	holder, a, b := handoffClient(t, nodes, clk, hour), handoffClient(t, nodes, clk, hour), handoffClient(t, nodes, clk, hour)
 	ctx := context.Background()
-	first, err := holder.TryLock(ctx, "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	first := lockOnAll(t, ctx, holder, fakes)
 	queued := func(n int) func() bool {
 		return func() bool {
 			for _, nd := range nodes {
@@ -572,9 +573,7 @@ func TestNamedWakeWaitsForAMajority(t *testing.T) {
 	defer func() { require.NoError(t, waiter.Close()) }()
 	ctx := context.Background()
 
-	first, err := holder.TryLock(ctx, "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	first := lockOnAll(t, ctx, holder, fakes)
 	ra := waitIn(t, ctx, waiter, clk, "k", 1)
 	require.Eventually(t, func() bool {
 		for _, nd := range nodes {
@@ -640,9 +639,7 @@ func grantSetup(t *testing.T, ctx context.Context, prepare func([]*fakeNode), op
 	opts = append([]redlock.Option{redlock.WithRetry(redlock.LinearBackoff(time.Hour))}, opts...)
 	holder := handoffClient(t, nodes, clk, opts...)
 	waiter := handoffClient(t, nodes, clk, opts...)
-	first, err := holder.TryLock(context.Background(), "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", first.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	first := lockOnAll(t, context.Background(), holder, fakes)
 	want := 3
 	if prepare != nil {
 		prepare(fakes)

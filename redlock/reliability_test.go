@@ -242,10 +242,7 @@ func TestCloseReportsAbandonedReleases(t *testing.T) {
 func heldEverywhere(t *testing.T) ([]*fakeNode, *redlock.Client, *redlock.Lock) {
 	t.Helper()
 	fakes, _, c := setup(t, 5, redlock.WithTTL(10*time.Second))
-	l, err := c.TryLock(context.Background(), "k")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 5 }, 5*time.Second, time.Millisecond)
-	return fakes, c, l
+	return fakes, c, lockOnAll(t, context.Background(), c, fakes)
 }
 
 // TestLateRefusalsStillEndLock: the attempt is decided (two nodes hold
