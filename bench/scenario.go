@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +99,7 @@ type roundRes struct {
 	bytes   uint64
 	cpu     time.Duration // process user+sys time
 	gorEnd  int           // client goroutines right after the round, minus those right before it
+	steal   float64       // share of the machine's CPU time the hypervisor gave to others during the round
 }
 
 // cpuTime returns the process' user+system CPU time so far.
@@ -107,6 +110,33 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// stolenTicks returns the machine's CPU time so far that the hypervisor
+// gave to other guests (steal) and its total CPU time, in clock ticks
+// (/proc/stat); 0, 0 where it cannot be read.
+func stolenTicks() (steal, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, x := range f[1:] {
+		v, _ := strconv.ParseUint(x, 10, 64)
+		total += v
+		if i == 7 {
+			steal = v
+		}
+	}
+	return steal, total
+}
+
+// calmSteal is the share of stolen CPU time below which a round counts
+// as calm in the contended tables (see result.acqCalm).
+const calmSteal = 0.05
 
 type gorRes struct {
 	ran                   bool
@@ -130,6 +160,8 @@ type gorRes struct {
 type result struct {
 	c          *contender
 	cycle, acq hist
+	acqCalm    hist // acq of the calm rounds only (less than calmSteal of the CPU stolen)
+	calm       int  // how many rounds were calm
 	gap        hist // contended: release start to the next holder's grant
 	gapOther   hist // the same, only when the next holder is another goroutine
 	rounds     []roundRes
@@ -409,9 +441,15 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 			quiet(500 * time.Millisecond)
 			g0 := clientGoroutines()
 			runtime.ReadMemStats(&m0)
+			s0, t0 := stolenTicks()
 			c0 := cpuTime()
 			cycles, el, viol := b.runRound(sc, states[i], time.Now().Add(b.p.roundDur), res[i], strconv.Itoa(r))
 			c1 := cpuTime()
+			s1, t1 := stolenTicks()
+			steal := 0.0
+			if t1 > t0 {
+				steal = float64(s1-s0) / float64(t1-t0)
+			}
 			runtime.ReadMemStats(&m1)
 			g1 := clientGoroutines()
 			if n0 >= 0 {
@@ -425,7 +463,19 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 				*st.cycle = hist{}
 			}
 			res[i].cycle.merge(roundCycles)
-			per[i] = roundRes{cycles: cycles, elapsed: el, p50: roundCycles.q(0.5), mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cpu: c1 - c0, gorEnd: g1 - g0}
+			p50 := roundCycles.q(0.5)
+			// The round's lock waits, also apart when the round was calm.
+			*roundCycles = hist{}
+			for _, st := range states[i] {
+				roundCycles.merge(st.acq)
+				*st.acq = hist{}
+			}
+			res[i].acq.merge(roundCycles)
+			if steal < calmSteal {
+				res[i].acqCalm.merge(roundCycles)
+				res[i].calm++
+			}
+			per[i] = roundRes{cycles: cycles, elapsed: el, p50: p50, mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cpu: c1 - c0, gorEnd: g1 - g0, steal: steal}
 			res[i].violations += viol
 			isolate(i, states[i])
 		}
@@ -466,7 +516,6 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 	for i, r := range res {
 		r.perWorker = make([]int, len(states[i]))
 		for w, st := range states[i] {
-			r.acq.merge(st.acq)
 			r.lockErrs += st.lockErrs
 			r.unlockErrs += st.unlockErs
 			r.cut += st.cut
@@ -583,4 +632,26 @@ func (b *bench) goroutinePass(sc scenario, i int, ws []*wstate, d time.Duration)
 		g.drained = t-p <= g.base-g.baseProxy+2
 	}
 	return g
+}
+
+// stealCell is the share of CPU time stolen over a result's rounds:
+// median [max].
+func stealCell(r *result) string {
+	var xs []float64
+	for _, x := range r.rounds {
+		xs = append(xs, x.steal)
+	}
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f%% [%.0f%%]", 100*median(xs), 100*slices.Max(xs))
+}
+
+// calmP99 is a result's lock wait p99 over its calm rounds, with their
+// count.
+func calmP99(r *result) string {
+	if r.calm == 0 {
+		return fmt.Sprintf("– (0 of %d rounds)", len(r.rounds))
+	}
+	return fmt.Sprintf("%s (%d of %d rounds)", fmtDur(r.acqCalm.q(0.99)), r.calm, len(r.rounds))
 }

@@ -17,7 +17,7 @@ func contendedScenario(p params) scenario {
 	return scenario{
 		id:      "contended",
 		title:   fmt.Sprintf("Contended (%d goroutines on one key, holding %v)", p.contenders, p.hold),
-		setups:  []string{"proxied"},
+		setups:  []string{"direct", "proxied"},
 		workers: p.contenders, contended: true,
 		round: contendedRound, table: contendedTable,
 	}
@@ -29,7 +29,7 @@ func contendedClientsScenario(p params) scenario {
 	return scenario{
 		id:      "contended-clients",
 		title:   fmt.Sprintf("Contended across clients (%d client instances × %d goroutines on one key, holding %v)", p.clients, p.contenders/max(1, p.clients), p.hold),
-		setups:  []string{"proxied"},
+		setups:  []string{"direct", "proxied"},
 		workers: p.contenders, clients: p.clients, contended: true,
 		round: contendedRound, table: contendedTable,
 	}
@@ -125,15 +125,15 @@ func contendedTable(b *strings.Builder, p params, s *scenarioRes) {
 	if s.sc.clients > 1 {
 		other = "client"
 	}
-	w("| contender | sections | sections/s | handoff gap p50 / p99 | to another %s: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", other)
+	w("| contender | sections | sections/s | handoff gap p50 / p99 | to another %s: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] | CPU stolen, median [max] of rounds | lock wait p99 in calm rounds |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", other)
 	for _, r := range s.res {
 		n, el := totals(r)
 		lo, hi := minMax(r.perWorker)
 		a, _ := allocsPer(r)
-		w("| %s %s | %d | %.0f | %s / %s | %s / %s (%d) | %s / %s | %d / %d | %d / %d | %d | %d | %.1f | %s |\n", r.c.id, r.c.name, n, rate(n, el),
+		w("| %s %s | %d | %.0f | %s / %s | %s / %s (%d) | %s / %s | %d / %d | %d / %d | %d | %d | %.1f | %s | %s | %s |\n", r.c.id, r.c.name, n, rate(n, el),
 			fmtDur(r.gap.q(0.5)), fmtDur(r.gap.q(0.99)), fmtDur(r.gapOther.q(0.5)), fmtDur(r.gapOther.q(0.99)), r.gapOther.n,
 			fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)),
-			lo, hi, r.lockErrs, r.unlockErrs, r.cut, r.violations, a, ratioCell(r.ratios))
+			lo, hi, r.lockErrs, r.unlockErrs, r.cut, r.violations, a, ratioCell(r.ratios), stealCell(r), calmP99(r))
 	}
-	w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key.\n\n")
+	w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key. CPU stolen: the share of the machine's CPU time (/proc/stat) that the hypervisor gave to other guests during the round; a waiter in a FIFO line waits for every section ahead of it, so a stall of a few milliseconds lengthens up to seven waits at once. Calm rounds: those with less than %.0f%% stolen; their p99 is shown beside, the verdicts use every round.\n\n", 100*calmSteal)
 }

@@ -17,7 +17,7 @@ func contendedHostsScenario(p params) scenario {
 	return scenario{
 		id:      "contended-hosts",
 		title:   fmt.Sprintf("Contended across hosts (%d client instances × 1 goroutine on one key, holding %v)", p.clients, hostsHold),
-		setups:  []string{"proxied"},
+		setups:  []string{"direct", "proxied"},
 		workers: p.clients, clients: p.clients, contended: true, hold: hostsHold,
 		round: contendedRound, table: contendedTable,
 	}
