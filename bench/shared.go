@@ -35,6 +35,7 @@ type sharedRes struct {
 	writeWait            hist
 	writes, rwViolations int
 	rwErrs               int
+	rwSteal              float64 // share of the machine's CPU stolen during the mix (see stolenTicks)
 
 	// Semaphore.
 	semDur        time.Duration
@@ -47,6 +48,19 @@ type sharedRes struct {
 	semViolations int
 	semErrs       int
 	semWait       hist
+	semSteal      float64
+}
+
+// stolenDuring runs f and returns the share of the machine's CPU time the
+// hypervisor stole meanwhile.
+func stolenDuring(f func() error) (float64, error) {
+	s0, t0 := stolenTicks()
+	err := f()
+	s1, t1 := stolenTicks()
+	if t1 <= t0 {
+		return 0, err
+	}
+	return float64(s1-s0) / float64(t1-t0), err
 }
 
 // sharedPass runs the pass on urls.
@@ -55,10 +69,11 @@ func (b *bench) sharedPass(urls []string) (*sharedRes, error) {
 	if err := b.sharedUncontended(urls, r); err != nil {
 		return nil, err
 	}
-	if err := b.sharedRW(urls, r); err != nil {
+	var err error
+	if r.rwSteal, err = stolenDuring(func() error { return b.sharedRW(urls, r) }); err != nil {
 		return nil, err
 	}
-	if err := b.sharedSemaphore(urls, r); err != nil {
+	if r.semSteal, err = stolenDuring(func() error { return b.sharedSemaphore(urls, r) }); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -320,9 +335,9 @@ func renderShared(b *strings.Builder, r *sharedRes) {
 	bound := 2 * (r.readerHold + r.rtt)
 	w("\n**Readers and a writer**: %d readers on 4 clients take one key shared for %v again and again; a writer on a fifth client takes it every 50 ms for %v; %v.\n\n",
 		r.rwReaders, r.readerHold, r.readerHold, r.rwDur)
-	w("| reader sections/s | writer grants | writer wait p50 / p99 / max | target: p99 ≤ 2 × (reader hold + one round trip) = %s | exclusion violations | errors |\n|---|---|---|---|---|---|\n", fmtDur(bound))
-	w("| %.0f | %d | %s / %s / %s | %s | %d | %d |\n\n", float64(r.readSections)/r.rwDur.Seconds(), r.writes,
-		fmtDur(r.writeWait.q(0.5)), fmtDur(r.writeWait.q(0.99)), fmtDur(r.writeWait.q(1)), passMiss(r.writeWait.q(0.99) <= bound), r.rwViolations, r.rwErrs)
+	w("| reader sections/s | writer grants | writer wait p50 / p99 / max | target: p99 ≤ 2 × (reader hold + one round trip) = %s | exclusion violations | errors | CPU stolen |\n|---|---|---|---|---|---|---|\n", fmtDur(bound))
+	w("| %.0f | %d | %s / %s / %s | %s | %d | %d | %.0f%% |\n\n", float64(r.readSections)/r.rwDur.Seconds(), r.writes,
+		fmtDur(r.writeWait.q(0.5)), fmtDur(r.writeWait.q(0.99)), fmtDur(r.writeWait.q(1)), passMiss(r.writeWait.q(0.99) <= bound), r.rwViolations, r.rwErrs, 100*r.rwSteal)
 	util := r.held.Seconds() / r.semDur.Seconds()
 	lo, hi := minMax(r.perWorker)
 	fair := 0.0
@@ -330,13 +345,13 @@ func renderShared(b *strings.Builder, r *sharedRes) {
 		fair = float64(lo) / float64(hi)
 	}
 	w("**Semaphore**: %d permits, %d goroutines on %d clients, each holding a permit for %v at a time; %v. Permits in use: total hold time ÷ run time. Fairness: min ÷ max sections per goroutine.\n\n", r.permits, r.semWorkers, r.semClients, r.semHold, r.semDur)
-	w("| permits in use (target ≥ 3.5) | fairness (target ≥ 0.8) | sections | wait p50 / p99 | more than %d at once | errors |\n|---|---|---|---|---|---|\n", r.permits)
+	w("| permits in use (target ≥ 3.5) | fairness (target ≥ 0.8) | sections | wait p50 / p99 | more than %d at once | errors | CPU stolen |\n|---|---|---|---|---|---|---|\n", r.permits)
 	sections := 0
 	for _, n := range r.perWorker {
 		sections += n
 	}
-	w("| %.2f %s | %.2f %s | %d | %s / %s | %d | %d |\n\n", util, passMiss(util >= 3.5), fair, passMiss(fair >= 0.8), sections,
-		fmtDur(r.semWait.q(0.5)), fmtDur(r.semWait.q(0.99)), r.semViolations, r.semErrs)
+	w("| %.2f %s | %.2f %s | %d | %s / %s | %d | %d | %.0f%% |\n\n", util, passMiss(util >= 3.5), fair, passMiss(fair >= 0.8), sections,
+		fmtDur(r.semWait.q(0.5)), fmtDur(r.semWait.q(0.99)), r.semViolations, r.semErrs, 100*r.semSteal)
 }
 
 func passMiss(ok bool) string {
