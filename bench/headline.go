@@ -133,17 +133,29 @@ func renderTargets(b *strings.Builder, p params, rs []*scenarioRes) {
 			return ratioCell(xs), m > 0 && m <= target
 		}
 	}
+	// calmRatio is ratio with, beside it, the median of the calm rounds
+	// (see result.calm); the verdict uses every round.
+	calmRatio := func(target float64, of, calm func(*result) []float64) func(*scenarioRes) (string, bool) {
+		return func(s *scenarioRes) (string, bool) {
+			cell, ok := ratio(target, of)(s)
+			c := calm(s.res[0])
+			if len(c) == 0 {
+				return cell + "; calm rounds: none", ok
+			}
+			return fmt.Sprintf("%s; calm rounds (%d of %d): %s", cell, len(c), len(of(s.res[0])), ratioCell(c)), ok
+		}
+	}
 	timeRatios := func(r *result) []float64 { return r.ratios }
 
 	// The hot path: no proxies.
-	row(fmt.Sprintf("healthy serial: time/op ≤ %.2f× the floor's", targetSerial), "direct", "healthy-serial", ratio(targetSerial, timeRatios))
-	row(fmt.Sprintf("healthy serial: cycle p50 ≤ %.2f× the floor's", targetP50), "direct", "healthy-serial", ratio(targetP50, func(r *result) []float64 { return r.p50Ratios }))
-	row(fmt.Sprintf("healthy serial: CPU/op ≤ %.2f× the floor's", targetCPU), "direct", "healthy-serial", ratio(targetCPU, func(r *result) []float64 { return r.cpuRatios }))
+	row(fmt.Sprintf("healthy serial: time/op ≤ %.2f× the floor's", targetSerial), "direct", "healthy-serial", calmRatio(targetSerial, timeRatios, func(r *result) []float64 { return r.calm.ratios }))
+	row(fmt.Sprintf("healthy serial: cycle p50 ≤ %.2f× the floor's", targetP50), "direct", "healthy-serial", calmRatio(targetP50, func(r *result) []float64 { return r.p50Ratios }, func(r *result) []float64 { return r.calm.p50Ratios }))
+	row(fmt.Sprintf("healthy serial: CPU/op ≤ %.2f× the floor's", targetCPU), "direct", "healthy-serial", calmRatio(targetCPU, func(r *result) []float64 { return r.cpuRatios }, func(r *result) []float64 { return r.calm.cpuRatios }))
 	row("healthy serial: allocations per cycle ≤ the floor's", "direct", "healthy-serial", func(s *scenarioRes) (string, bool) {
 		a, f := roundMedians(s.res[0]).allocs, roundMedians(s.res[floorIdx]).allocs
 		return fmt.Sprintf("%.1f vs the floor's %.1f", a, f), a > 0 && a <= f
 	})
-	row(fmt.Sprintf("healthy parallel (%d goroutines): time/op ≤ %.2f× the floor's", p.parallel, targetParallel), "direct", "healthy-parallel", ratio(targetParallel, timeRatios))
+	row(fmt.Sprintf("healthy parallel (%d goroutines): time/op ≤ %.2f× the floor's", p.parallel, targetParallel), "direct", "healthy-parallel", calmRatio(targetParallel, timeRatios, func(r *result) []float64 { return r.calm.ratios }))
 
 	// One faulty node: through its proxy, the other nodes direct (mixed)
 	// or proxied too.
@@ -212,7 +224,7 @@ func renderTargets(b *strings.Builder, p params, rs []*scenarioRes) {
 		return fmt.Sprintf("p50 %s, p99 %s, max %s (n %d); violations %d", fmtDur(a.gap.q(0.5)), fmtDur(a.gap.q(0.99)), fmtDur(a.gap.max), a.gap.n, a.violations),
 			a.gap.n > 0 && a.gap.q(0.99) <= 20*time.Millisecond && a.violations == 0
 	})
-	w("\nAll from this run. Ratios: median over the interleaved rounds of A's figure ÷ the floor D's in the same round [min–max]. The healthy targets are read without proxies (*direct*); a fault needs a proxy in front of the faulty node, so the fault targets are read with only that node behind one (*mixed*, the four others direct) and, for reference, with all five behind one (*proxied*, which compresses ratios towards 1); the contention targets (issues 12 and 22) in both: *direct* is the library as users run it, *proxied* is the set-up of the reports before it. A lock wait p99 sums the stalls of every section ahead of a waiter, so it is shown beside the p99 of the calm rounds (less than 5%% of the CPU stolen by the hypervisor); the verdict uses every round. Goroutines: client (non-proxy) goroutines right after a round's last cycle minus right before the round, i.e. what A leaves running on the dead node. The breaker counts of the +%v rows come from A's hooks.\n\n", p.latency)
+	w("\nAll from this run. Ratios: median over the interleaved rounds of A's figure ÷ the floor D's in the same round [min–max]. The healthy targets are read without proxies (*direct*); a fault needs a proxy in front of the faulty node, so the fault targets are read with only that node behind one (*mixed*, the four others direct) and, for reference, with all five behind one (*proxied*, which compresses ratios towards 1); the contention targets (issues 12 and 22) in both: *direct* is the library as users run it, *proxied* is the set-up of the reports before it. A lock wait p99 sums the stalls of every section ahead of a waiter, so it is shown beside the p99 of the calm rounds (less than 5%% of the CPU stolen by the hypervisor); the verdict uses every round. The healthy rows give, the same way, the median of the calm rounds beside (rounds where neither A nor the floor had 5%% or more stolen). Goroutines: client (non-proxy) goroutines right after a round's last cycle minus right before the round, i.e. what A leaves running on the dead node. The breaker counts of the +%v rows come from A's hooks.\n\n", p.latency)
 }
 
 // fairness is min ÷ max sections per goroutine of a result.

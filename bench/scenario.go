@@ -161,13 +161,17 @@ type result struct {
 	c          *contender
 	cycle, acq hist
 	acqCalm    hist // acq of the calm rounds only (less than calmSteal of the CPU stolen)
-	calm       int  // how many rounds were calm
+	calmRounds int  // how many rounds were calm
 	gap        hist // contended: release start to the next holder's grant
 	gapOther   hist // the same, only when the next holder is another goroutine
 	rounds     []roundRes
-	ratios     []float64   // per round: (time per cycle) / (raw floor's, same round)
-	cpuRatios  []float64   // per round: (CPU per cycle) / (raw floor's, same round)
-	p50Ratios  []float64   // per round: (cycle p50) / (raw floor's, same round)
+	ratios     []float64 // per round: (time per cycle) / (raw floor's, same round)
+	cpuRatios  []float64 // per round: (CPU per cycle) / (raw floor's, same round)
+	p50Ratios  []float64 // per round: (cycle p50) / (raw floor's, same round)
+	// calm are ratios, cpuRatios and p50Ratios of the rounds where
+	// neither this contender nor the floor had calmSteal or more of the
+	// CPU stolen.
+	calm       struct{ ratios, cpuRatios, p50Ratios []float64 }
 	gorEnd     []int       // per round: client goroutines left at the round's end
 	calls      []callStats // A only, with hooks: per node, what its calls did during the rounds
 	lockErrs   int
@@ -473,7 +477,7 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 			res[i].acq.merge(roundCycles)
 			if steal < calmSteal {
 				res[i].acqCalm.merge(roundCycles)
-				res[i].calm++
+				res[i].calmRounds++
 			}
 			per[i] = roundRes{cycles: cycles, elapsed: el, p50: p50, mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cpu: c1 - c0, gorEnd: g1 - g0, steal: steal}
 			res[i].violations += viol
@@ -486,14 +490,24 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 			if per[i].cycles > 0 && floor.cycles > 0 {
 				x := per[i].elapsed.Seconds() / float64(per[i].cycles)
 				f := floor.elapsed.Seconds() / float64(floor.cycles)
+				calm := per[i].steal < calmSteal && floor.steal < calmSteal
 				res[i].ratios = append(res[i].ratios, x/f)
+				if calm {
+					res[i].calm.ratios = append(res[i].calm.ratios, x/f)
+				}
 				if floor.cpu > 0 {
 					xc := per[i].cpu.Seconds() / float64(per[i].cycles)
 					fc := floor.cpu.Seconds() / float64(floor.cycles)
 					res[i].cpuRatios = append(res[i].cpuRatios, xc/fc)
+					if calm {
+						res[i].calm.cpuRatios = append(res[i].calm.cpuRatios, xc/fc)
+					}
 				}
 				if per[i].p50 > 0 && floor.p50 > 0 {
 					res[i].p50Ratios = append(res[i].p50Ratios, per[i].p50.Seconds()/floor.p50.Seconds())
+					if calm {
+						res[i].calm.p50Ratios = append(res[i].calm.p50Ratios, per[i].p50.Seconds()/floor.p50.Seconds())
+					}
 				}
 			}
 		}
@@ -650,8 +664,8 @@ func stealCell(r *result) string {
 // calmP99 is a result's lock wait p99 over its calm rounds, with their
 // count.
 func calmP99(r *result) string {
-	if r.calm == 0 {
+	if r.calmRounds == 0 {
 		return fmt.Sprintf("– (0 of %d rounds)", len(r.rounds))
 	}
-	return fmt.Sprintf("%s (%d of %d rounds)", fmtDur(r.acqCalm.q(0.99)), r.calm, len(r.rounds))
+	return fmt.Sprintf("%s (%d of %d rounds)", fmtDur(r.acqCalm.q(0.99)), r.calmRounds, len(r.rounds))
 }
