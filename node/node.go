@@ -403,8 +403,9 @@ const WaiterLease = 2 * time.Second
 // the owner is then the head deletes the key quietly: a node whose key
 // is free while another client holds a majority keeps its queue, and
 // its order, instead of being taken and rolled back by every waiter. An
-// Unlock (Release with announce) that finds the key absent where
-// anyone is queued in its own queue hands it on as if it held it: the
+// Unlock (Release with announce), or a Transfer that yields to another
+// client, that finds the key absent where anyone is queued in its own
+// queue hands it on as if it held it: the
 // node had fallen out of the majority that holds the lock (its key
 // expired, or a grant skipped it), and its waiters would otherwise wait
 // there for a key that is free; a free key may be taken by anyone, so
@@ -434,8 +435,9 @@ type Handoffer interface {
 	// queue cannot be read), it releases from.Token as Release with
 	// announce would (reserving the key for the head) and answers
 	// Absent, so that handing over within one client never locks other
-	// clients out (unless from.Queue is set, see above). from and to
-	// have the same Name, Owner and Queue.
+	// clients out (unless from.Queue is set, see above); where the key
+	// is absent there, it hands it to that head all the same, as an
+	// Unlock does. from and to have the same Name, Owner and Queue.
 	Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error)
 	// Leave takes k.Owner out of k.Name's queue, and passes a
 	// reservation for it, or a key that holds k.Grant, on to the next

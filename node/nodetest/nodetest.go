@@ -977,6 +977,23 @@ func testHandoff(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "Leave drops the registration")
 	e.resultOf(e.n.Release(e.ctx, &third, false))(node.Done, "release")
 
+	// A transfer that finds the key gone from this node (it expired here,
+	// or the holder's majority did not include the node) while b waits
+	// hands the key to b, as an Unlock's release would: the node rejoins
+	// the next holder's majority instead of being taken and rolled back
+	// by b's attempts.
+	e.resultOf(e.n.Acquire(e.ctx, &third, time.Minute, false))(node.Done, "acquire")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, true))(node.Taken, "client b waits once more")
+	e.do("DEL", k.Name)
+	fourth := node.Key{Name: k.Name, Token: "tok-4", Owner: "client-a"}
+	e.resultOf(h.Transfer(e.ctx, &third, &fourth, time.Minute))(node.Absent, "a transfer of a key gone from the node while another client waits")
+	assert.Equal(t, "~client-b", e.get(k.Name), "reserves the key for b")
+	msg = receive(t, sub, 5*time.Second)
+	require.NotNil(t, msg, "and announces it to b")
+	assert.Equal(t, "client-b", string(msg[2].([]byte)), "naming b")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, true))(node.Done, "client b takes the lock")
+	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "release")
+
 	// An ACL user without the hash commands still locks and waits (in no
 	// order); its transfers release instead of handing over.
 	e.do("ACL", "SETUSER", "nohash", "on", ">"+password+"-h", "~lk:*", "&lk:*", "+@all", "-@hash")

@@ -18,7 +18,9 @@
 --          changed); -1 a waiter of another client is queued (or the queue
 --          cannot be read): the holder's key, if it was there, is freed as
 --          an Unlock's release.lua frees it (reserved for the head of the
---          queue), so that the other client goes first.
+--          queue), so that the other client goes first; where the key was
+--          gone and the queue could be read, it is handed to the head
+--          all the same, as release.lua does for an Unlock.
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[2] then
   return 1
@@ -61,7 +63,13 @@ local ok, others = pcall(function()
   return h ~= nil
 end)
 if not ok or others then
-  if v then
+  -- Also where the key is gone from this node (it expired here, or the
+  -- majority that made the holder did not include this node): the
+  -- waiter at the head gets it now, as from an Unlock (release.lua),
+  -- instead of finding its turn here only by attempts that take the free
+  -- key against the majority's holder. A free key may be taken by
+  -- anyone, so handing it to the head is as safe as that head's SET NX.
+  if ok or v then
     hand_on(KEYS[1], KEYS[2], ARGV[4])
   end
   return -1
