@@ -135,7 +135,8 @@ func stolenTicks() (steal, total uint64) {
 }
 
 // calmSteal is the share of stolen CPU time below which a round counts
-// as calm in the contended tables (see result.acqCalm).
+// as calm: the contended tables' p99 of calm rounds (result.acqCalm) and
+// the healthy targets' calm-round medians (result.calm).
 const calmSteal = 0.05
 
 type gorRes struct {
