@@ -188,7 +188,7 @@ func renderTargets(b *strings.Builder, p params, rs []*scenarioRes) {
 		row(fmt.Sprintf("contended, %d goroutines of one client: sections/s ≥ 1.15× the floor's; fairness ≥ 0.95; lock wait p99 ≤ 15 ms; CPU per section ≤ 1.5× the floor's", p.contenders), setup, "contended", func(s *scenarioRes) (string, bool) {
 			a, f := s.res[0], s.res[floorIdx]
 			p99 := a.acq.q(0.99)
-			fair := fairness(a)
+			fair := fairness(a.perWorker)
 			an, ael := totals(a)
 			fn, fel := totals(f)
 			ra, rf := rate(an, ael), rate(fn, fel)
@@ -207,7 +207,7 @@ func renderTargets(b *strings.Builder, p params, rs []*scenarioRes) {
 			an, ael := totals(a)
 			fn, fel := totals(f)
 			ra, rf := rate(an, ael), rate(fn, fel)
-			fair := fairness(a)
+			fair := fairness(a.perWorker)
 			p99 := a.acq.q(0.99)
 			h, fh := a.gapOther.q(0.5), f.gapOther.q(0.5)
 			hr := 0.0
@@ -227,9 +227,9 @@ func renderTargets(b *strings.Builder, p params, rs []*scenarioRes) {
 	w("\nAll from this run. Ratios: median over the interleaved rounds of A's figure ÷ the floor D's in the same round [min–max]. The healthy targets are read without proxies (*direct*); a fault needs a proxy in front of the faulty node, so the fault targets are read with only that node behind one (*mixed*, the four others direct) and, for reference, with all five behind one (*proxied*, which compresses ratios towards 1); the contention targets (issues 12 and 22) in both: *direct* is the library as users run it, *proxied* is the set-up of the reports before it. A lock wait p99 sums the stalls of every section ahead of a waiter, so it is shown beside the p99 of the calm rounds (less than 5%% of the CPU stolen by the hypervisor); the verdict uses every round. The healthy rows give, the same way, the median of the calm rounds beside (rounds where neither A nor the floor had 5%% or more stolen). Goroutines: client (non-proxy) goroutines right after a round's last cycle minus right before the round, i.e. what A leaves running on the dead node. The breaker counts of the +%v rows come from A's hooks.\n\n", p.latency)
 }
 
-// fairness is min ÷ max sections per goroutine of a result.
-func fairness(r *result) float64 {
-	lo, hi := minMax(r.perWorker)
+// fairness is min ÷ max of sections per goroutine (0 when none).
+func fairness(perWorker []int) float64 {
+	lo, hi := minMax(perWorker)
 	if hi == 0 {
 		return 0
 	}

@@ -134,6 +134,18 @@ func stolenTicks() (steal, total uint64) {
 	return steal, total
 }
 
+// stolenDuring runs f and returns the share of the machine's CPU time the
+// hypervisor stole meanwhile (0 where /proc/stat cannot be read).
+func stolenDuring(f func() error) (float64, error) {
+	s0, t0 := stolenTicks()
+	err := f()
+	s1, t1 := stolenTicks()
+	if t1 <= t0 {
+		return 0, err
+	}
+	return float64(s1-s0) / float64(t1-t0), err
+}
+
 // calmSteal is the share of stolen CPU time below which a round counts
 // as calm: the contended tables' p99 of calm rounds (result.acqCalm) and
 // the healthy targets' calm-round medians (result.calm).
@@ -446,15 +458,17 @@ func (b *bench) scenario(tp *topology, sc scenario) *scenarioRes {
 			quiet(500 * time.Millisecond)
 			g0 := clientGoroutines()
 			runtime.ReadMemStats(&m0)
-			s0, t0 := stolenTicks()
-			c0 := cpuTime()
-			cycles, el, viol := b.runRound(sc, states[i], time.Now().Add(b.p.roundDur), res[i], strconv.Itoa(r))
-			c1 := cpuTime()
-			s1, t1 := stolenTicks()
-			steal := 0.0
-			if t1 > t0 {
-				steal = float64(s1-s0) / float64(t1-t0)
-			}
+			var (
+				cycles, viol int
+				el           time.Duration
+				c0, c1       time.Duration
+			)
+			steal, _ := stolenDuring(func() error {
+				c0 = cpuTime()
+				cycles, el, viol = b.runRound(sc, states[i], time.Now().Add(b.p.roundDur), res[i], strconv.Itoa(r))
+				c1 = cpuTime()
+				return nil
+			})
 			runtime.ReadMemStats(&m1)
 			g1 := clientGoroutines()
 			if n0 >= 0 {

@@ -51,18 +51,6 @@ type sharedRes struct {
 	semSteal      float64
 }
 
-// stolenDuring runs f and returns the share of the machine's CPU time the
-// hypervisor stole meanwhile.
-func stolenDuring(f func() error) (float64, error) {
-	s0, t0 := stolenTicks()
-	err := f()
-	s1, t1 := stolenTicks()
-	if t1 <= t0 {
-		return 0, err
-	}
-	return float64(s1-s0) / float64(t1-t0), err
-}
-
 // sharedPass runs the pass on urls.
 func (b *bench) sharedPass(urls []string) (*sharedRes, error) {
 	r := &sharedRes{}
@@ -339,11 +327,7 @@ func renderShared(b *strings.Builder, r *sharedRes) {
 	w("| %.0f | %d | %s / %s / %s | %s | %d | %d | %.0f%% |\n\n", float64(r.readSections)/r.rwDur.Seconds(), r.writes,
 		fmtDur(r.writeWait.q(0.5)), fmtDur(r.writeWait.q(0.99)), fmtDur(r.writeWait.q(1)), passMiss(r.writeWait.q(0.99) <= bound), r.rwViolations, r.rwErrs, 100*r.rwSteal)
 	util := r.held.Seconds() / r.semDur.Seconds()
-	lo, hi := minMax(r.perWorker)
-	fair := 0.0
-	if hi > 0 {
-		fair = float64(lo) / float64(hi)
-	}
+	fair := fairness(r.perWorker)
 	w("**Semaphore**: %d permits, %d goroutines on %d clients, each holding a permit for %v at a time; %v. Permits in use: total hold time ÷ run time. Fairness: min ÷ max sections per goroutine.\n\n", r.permits, r.semWorkers, r.semClients, r.semHold, r.semDur)
 	w("| permits in use (target ≥ 3.5) | fairness (target ≥ 0.8) | sections | wait p50 / p99 | more than %d at once | errors | CPU stolen |\n|---|---|---|---|---|---|---|\n", r.permits)
 	sections := 0
