@@ -50,6 +50,7 @@ type setup struct {
 	rawTimeout  time.Duration // per-call deadline of the raw floor (= our default node timeout)
 	nodeTimeout time.Duration // A's and E's WithNodeTimeout; 0 = derived from the TTL
 	checkIdle   time.Duration // A's node.Options.CheckIdle; 0 = the library's default (100ms)
+	pooled      bool          // A's node.Options.Pooled: a pooled connection per call (for diagnosis)
 	// goredisCtxTimeout turns E's ContextTimeoutEnabled on: go-redis then
 	// bounds reads and writes by each call's deadline (and drops the
 	// connection of a reply that missed it) instead of the nodes bounding
@@ -211,7 +212,7 @@ func (s *ourStats) hooks() redlock.Hooks {
 func newOurs(urls []string, s setup) (*contender, error) {
 	opts := []redlock.Option{
 		redlock.WithTTL(s.ttl),
-		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout, CheckIdle: s.checkIdle}),
+		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout, CheckIdle: s.checkIdle, Pooled: s.pooled}),
 	}
 	if s.stats != nil {
 		opts = append(opts, redlock.WithHooks(s.stats.hooks()))

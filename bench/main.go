@@ -80,6 +80,7 @@ func main() {
 		roundD  = flag.Duration("round", 0, "duration per contender per round (default 400ms, quick 120ms)")
 		pool    = flag.Int("pool", 64, "MaxIdle = MaxActive per node, for every contender")
 		sockT   = flag.Duration("socket-timeout", time.Second, "redigo dial/read/write timeout for every pool (node.Options.Timeout default)")
+		pooled  = flag.Bool("pooled", false, "A's node.Options.Pooled: a pooled connection per call instead of one shared connection per node; for diagnosis")
 		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle (0: the library's default, 100ms; negative: off); for diagnosis")
 		grCtx   = flag.Bool("goredis-ctx-timeout", false, "E's go-redis clients with ContextTimeoutEnabled (go-redis bounds reads and writes and drops late connections; default: the nodes bound calls from goroutines); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
@@ -107,7 +108,7 @@ func main() {
 		parallel:    32, contenders: 8, clients: 4, dieTTL: 250 * time.Millisecond, dieCycles: 4,
 		hold: time.Millisecond, latency: 30 * time.Millisecond,
 		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir, before: *before,
-		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle, goredisCtxTimeout: *grCtx},
+		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle, pooled: *pooled, goredisCtxTimeout: *grCtx},
 	}
 	watchdog := 20 * time.Minute
 	if p.quick {

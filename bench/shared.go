@@ -71,7 +71,7 @@ func (b *bench) sharedPass(urls []string) (*sharedRes, error) {
 func (b *bench) ourClient(urls []string) (*redlock.Client, error) {
 	s := b.p.setup
 	return redlock.Dial(urls, redlock.WithTTL(s.ttl),
-		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout, CheckIdle: s.checkIdle}))
+		redlock.WithNodeOptions(node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout, CheckIdle: s.checkIdle, Pooled: s.pooled}))
 }
 
 // sharedUncontended: one goroutine, a distinct key per cycle, the three

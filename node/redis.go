@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,30 +25,46 @@ type Options struct {
 	// deadline. Timeout also bounds a dial that goes on after the call
 	// that started it gave up (see Redis.dial).
 	Timeout time.Duration
-	// MaxIdle is how many idle connections are kept. Default: MaxActive.
+	// MaxIdle is how many idle connections are kept (with Pooled).
+	// Default: MaxActive.
 	// A connection given back while MaxIdle are idle is closed, so a
 	// smaller MaxIdle costs a new connection per call in any burst of
 	// more than MaxIdle calls at once; IdleTimeout closes the surplus.
 	MaxIdle int
-	// MaxActive caps the connections open at once; a call waits (within
-	// its deadline) for one to free up. Default 64.
+	// MaxActive caps the connections open at once (with Pooled); a call
+	// waits (within its deadline) for one to free up. Default 64.
 	MaxActive int
-	// IdleTimeout closes connections idle for longer. Default 5 minutes.
+	// IdleTimeout closes pooled connections idle for longer (with
+	// Pooled). Default 5 minutes.
 	IdleTimeout time.Duration
 	// TLSConfig is used for rediss:// URLs. Default: system roots, the
 	// URL's host as server name.
 	TLSConfig *tls.Config
-	// CheckIdle is how long a pooled connection may sit idle before it is
-	// checked when taken from the pool. A node that restarted leaves dead
-	// connections behind; without the check the first command on each
-	// fails. The check looks at the socket for a close or reset, with no
-	// round trip; only where that cannot tell (TLS bytes waiting, or an
-	// OS without the look) is the connection PINGed, within the call's
-	// deadline. A connection reused sooner (a busy client) is not
+	// CheckIdle is how long a connection may sit idle before the next
+	// call checks it (a pooled one when taken from the pool). A node
+	// that restarted leaves dead connections behind; without the check
+	// the first command on each fails. The check looks at the socket for
+	// a close or reset, with no round trip; only where that cannot tell
+	// (TLS bytes waiting, or an OS without the look) is a pooled
+	// connection PINGed, within the call's deadline, and the shared one
+	// used as it is. A connection found dead is replaced within the call. A connection reused sooner (a busy client) is not
 	// checked, so the check costs one non-blocking system call, and only
 	// to a client that calls the node less often than this. Default
 	// 100ms; negative disables the check.
 	CheckIdle time.Duration
+	// Pooled sends each command over a pooled connection of its own
+	// (MaxIdle, MaxActive, IdleTimeout), as redigo's pool does, instead
+	// of the default: every command over one connection to the node
+	// (pub/sub apart), written together with the commands other
+	// goroutines issue at the same moment and answered in order, so that
+	// a burst of N calls costs the node and the client one write and one
+	// read rather than N of each, and a call sets no socket deadline.
+	// Either way a call waits for its reply only until its context's
+	// deadline. On the shared connection, a reply that comes after its
+	// call gave up is read and dropped; a connection on which replies are
+	// due and none has come for Timeout is closed, and the next call
+	// dials another.
+	Pooled bool
 }
 
 func (o Options) withDefaults() Options {
@@ -144,6 +161,15 @@ type Redis struct {
 	stop    context.CancelFunc // ends them, at Close
 
 	sub *subscriber // the pub/sub connection for Watch
+
+	// Unless Options.Pooled: the connection every command goes over
+	// (nil before the first), the dial in progress (guarded by muxMu),
+	// how to make one, and Options.CheckIdle.
+	mux       atomic.Pointer[mux]
+	muxMu     sync.Mutex
+	muxDial   *muxDialing
+	muxConn   func(ctx context.Context) (redis.Conn, net.Conn, error)
+	idleCheck time.Duration
 
 	lastLate atomic.Pointer[late] // the last late reply; nil before the first
 }
@@ -245,6 +271,20 @@ func New(ep Endpoint, opts Options) *Redis {
 			})
 		},
 	}
+	if !opts.Pooled {
+		r.idleCheck = opts.CheckIdle
+		r.muxConn = func(ctx context.Context) (redis.Conn, net.Conn, error) {
+			var nc net.Conn
+			opts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(
+				func(ctx context.Context, network, addr string) (net.Conn, error) {
+					c, err := netDial(ctx, network, addr)
+					nc = c
+					return c, err
+				}))
+			c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
+			return c, nc, err
+		}
+	}
 	if opts.CheckIdle > 0 {
 		checkIdle := opts.CheckIdle
 		r.pool.TestOnBorrowContext = func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
@@ -269,6 +309,9 @@ func (r *Redis) Close() error {
 	r.closed.Store(true)
 	r.sub.close()
 	r.stop()
+	if m := r.mux.Load(); m != nil {
+		m.close()
+	}
 	r.closeSpares()
 	return r.pool.Close()
 }
@@ -589,6 +632,9 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	}
 	if !deadline.After(start) {
 		return nil, r.fail(op, context.DeadlineExceeded)
+	}
+	if r.muxConn != nil {
+		return r.callMux(ctx, op, s, cmd, args)
 	}
 	conn, err := r.pool.GetContext(ctx)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 func TestNoScriptFallbackKeepsItsConnection(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{MaxActive: 1, Timeout: 5 * time.Second})
+	r, err := node.Dial(url, node.Options{Pooled: true, MaxActive: 1, Timeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
@@ -91,7 +91,7 @@ func stall(t *testing.T, admin *redistest.Admin, d time.Duration) <-chan error {
 func TestLateReplyKeepsItsConnection(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{MaxActive: 1})
+	r, err := node.Dial(url, node.Options{Pooled: true, MaxActive: 1})
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
@@ -136,7 +136,7 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 func TestLateDialKeepsItsConnection(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url+"/1", node.Options{MaxActive: 1}) // SELECT 1 on dial
+	r, err := node.Dial(url+"/1", node.Options{Pooled: true, MaxActive: 1}) // SELECT 1 on dial
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
@@ -184,8 +184,10 @@ func TestIdleCheckWithoutRoundTrip(t *testing.T) {
 		name, admin, url string
 		opts             node.Options
 	}{
-		{"tcp", plain, plain, node.Options{}},
-		{"tls", tlsURL, "rediss://" + tlsAddr, node.Options{TLSConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
+		{"tcp", plain, plain, node.Options{Pooled: true}},
+		{"tls", tlsURL, "rediss://" + tlsAddr, node.Options{Pooled: true, TLSConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
+		{"tcp-shared", plain, plain, node.Options{}},
+		{"tls-shared", tlsURL, "rediss://" + tlsAddr, node.Options{TLSConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			admin := redistest.Dial(t, c.admin)
@@ -202,7 +204,7 @@ func TestIdleCheckWithoutRoundTrip(t *testing.T) {
 			_, err = r.Inspect(ctx, "k")
 			require.NoError(t, err)
 			assert.Equal(t, conns, admin.Connections(t), "the idle connection was used")
-			if c.name == "tcp" {
+			if !strings.HasPrefix(c.name, "tls") {
 				assert.Equal(t, before, pings(t, admin), "a PING for an idle connection")
 			}
 
@@ -222,9 +224,14 @@ func TestIdleCheckWithoutRoundTrip(t *testing.T) {
 // one; a client calling a node every second or so does not lose the
 // first call after a restart to a dead connection.
 func TestIdleCheckByDefault(t *testing.T) {
+	t.Run("pooled", func(t *testing.T) { testIdleCheckByDefault(t, node.Options{Pooled: true, MaxActive: 1}) })
+	t.Run("shared", func(t *testing.T) { testIdleCheckByDefault(t, node.Options{}) })
+}
+
+func testIdleCheckByDefault(t *testing.T, opts node.Options) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{MaxActive: 1})
+	r, err := node.Dial(url, opts)
 	require.NoError(t, err)
 	defer r.Close()
 	ctx := context.Background()
@@ -245,7 +252,7 @@ func TestIdleCheckByDefault(t *testing.T) {
 func TestPoolWaitIsTold(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{MaxActive: 1})
+	r, err := node.Dial(url, node.Options{Pooled: true, MaxActive: 1})
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
