@@ -5,7 +5,9 @@ package node
 import (
 	"errors"
 	"net"
+	"os"
 	"syscall"
+	"time"
 )
 
 // peek looks at an idle connection's socket without blocking and without
@@ -23,7 +25,7 @@ func peek(nc net.Conn) (s sockState, known bool) {
 		return 0, false
 	}
 	var buf [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	look := func(fd uintptr) bool {
 		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case n > 0:
@@ -38,6 +40,15 @@ func peek(nc net.Conn) (s sockState, known bool) {
 			s = sockClosed // reset, or another error: unusable
 		}
 		return true // done: do not wait for readability
-	})
+	}
+	err = rc.Read(look)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The read deadline of the connection's last call has passed,
+		// which stops the look before it is made. Every call sets its
+		// own, so it can go.
+		if nc.SetReadDeadline(time.Time{}) == nil {
+			err = rc.Read(look)
+		}
+	}
 	return s, err == nil
 }

@@ -130,11 +130,13 @@ func TestMultiplexSilentConnectionIsReplaced(t *testing.T) {
 
 // TestMultiplexIdleCheck: a connection the node closed while it sat idle
 // (a restart, the node's timeout setting) is found by the idle check and
-// replaced before the call is sent on it: the call succeeds.
+// replaced before the call is sent on it: the call succeeds. The idle
+// time outlasts Timeout, so the read deadline the last reply was read
+// with has passed (it must not stop the check).
 func TestMultiplexIdleCheck(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{CheckIdle: 20 * time.Millisecond})
+	r, err := node.Dial(url, node.Options{CheckIdle: 20 * time.Millisecond, Timeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
@@ -142,7 +144,7 @@ func TestMultiplexIdleCheck(t *testing.T) {
 	require.NoError(t, err)
 	_, err = admin.Do(bg, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
 	k := node.Key{Name: "k", Token: "tok"}
 	res, err := r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
