@@ -75,7 +75,7 @@ var errStale = errors.New("connection closed by the node while idle")
 var errNotSent = errors.New("not sent: the connection had broken")
 
 // errUnasked is a reply that no command was waiting for.
-var errUnasked = errors.New("redigo: reply with no command waiting for it")
+var errUnasked = errors.New("a reply with no command waiting for it")
 
 // do sends cmd with args and waits for its reply, within ctx.
 func (m *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
@@ -99,7 +99,7 @@ func (m *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
 		go m.read()
 	}
 	if !m.writing {
-		m.flush()
+		m.flush(ctx.Done())
 	}
 	m.mu.Unlock()
 	select {
@@ -122,14 +122,27 @@ func (m *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
 }
 
 // flush writes wbuf until nothing more was appended meanwhile; m.mu is
-// held on entry and on return, not during a write.
-func (m *mux) flush() {
+// held on entry and on return, not during a write. Each write gets the
+// node's Timeout (so does the dial's AUTH and SELECT, whose deadline
+// would otherwise stay). A caller whose context ends (done) while others
+// keep appending hands the rest to a goroutine, so that writing for
+// others never holds it past its deadline.
+func (m *mux) flush(done <-chan struct{}) {
 	m.writing = true
 	for len(m.wbuf) > 0 && m.err == nil {
+		select {
+		case <-done:
+			go m.flushRest()
+			return // still writing
+		default:
+		}
 		buf := m.wbuf
 		m.wbuf = m.spare[:0]
 		m.mu.Unlock()
-		_, err := m.nc.Write(buf)
+		err := m.nc.SetWriteDeadline(time.Now().Add(m.r.timeout))
+		if err == nil {
+			_, err = m.nc.Write(buf)
+		}
 		m.mu.Lock()
 		m.spare = buf[:0]
 		if err != nil {
@@ -137,6 +150,13 @@ func (m *mux) flush() {
 		}
 	}
 	m.writing = false
+}
+
+// flushRest is flush for a caller that gave up writing.
+func (m *mux) flushRest() {
+	m.mu.Lock()
+	m.flush(nil)
+	m.mu.Unlock()
 }
 
 // read hands replies to their callers, in order, until none is due.
@@ -184,7 +204,14 @@ func (m *mux) fail(err error) {
 	}
 	m.err = err
 	m.broken.Store(true)
-	m.rc.Close()
+	// The socket, not the TLS layer over it: closing that would first
+	// send an alert, which a node that stopped reading can make wait
+	// seconds, with m.mu held. The reader's Receive ends on its error.
+	nc := m.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	nc.Close()
 	for i := m.head; i < len(m.queue); i++ {
 		if c := m.queue[i]; !c.gone {
 			c.err = err
@@ -300,6 +327,9 @@ func (r *Redis) callMux(ctx context.Context, op string, s *script, cmd string, a
 func (r *Redis) muxFor(ctx context.Context) (*mux, error) {
 	if m := r.mux.Load(); m != nil && !m.broken.Load() {
 		return m, nil
+	}
+	if r.closed.Load() {
+		return nil, ErrClosed
 	}
 	r.muxMu.Lock()
 	if m := r.mux.Load(); m != nil && !m.broken.Load() {

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +152,24 @@ func TestMultiplexIdleCheck(t *testing.T) {
 	assert.Equal(t, node.Done, res.Status)
 	res, err = r.Release(bg, &k, true)
 	require.NoError(t, err)
+	assert.Equal(t, node.Done, res.Status)
+}
+
+// TestMultiplexAfterAuthIdle: the dial's AUTH and SELECT leave a write
+// deadline on the socket; a call made after it has passed (idle for
+// longer than Timeout) is written all the same.
+func TestMultiplexAfterAuthIdle(t *testing.T) {
+	url := redistest.StartArgs(t, "--requirepass", "pw")
+	r, err := node.Dial("redis://:pw@"+strings.TrimPrefix(url, "redis://")+"/2", node.Options{Timeout: 100 * time.Millisecond, CheckIdle: -1})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	k := node.Key{Name: "k", Token: "tok"}
+	res, err := r.Acquire(bg, &k, time.Minute, false)
+	require.NoError(t, err)
+	assert.Equal(t, node.Done, res.Status)
+	time.Sleep(250 * time.Millisecond)
+	res, err = r.Release(bg, &k, true)
+	require.NoError(t, err, "a call after the dial's deadlines passed")
 	assert.Equal(t, node.Done, res.Status)
 }

@@ -309,9 +309,13 @@ func (r *Redis) Close() error {
 	r.closed.Store(true)
 	r.sub.close()
 	r.stop()
+	// Under muxMu: a dial that ends now either stored its connection
+	// before (closed here) or sees closed and closes it (dialMux).
+	r.muxMu.Lock()
 	if m := r.mux.Load(); m != nil {
 		m.close()
 	}
+	r.muxMu.Unlock()
 	r.closeSpares()
 	return r.pool.Close()
 }
