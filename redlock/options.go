@@ -149,8 +149,9 @@ func WithClock(clk clock.Clock) Option {
 	})
 }
 
-// WithNodeOptions sets the connection pool of nodes made by Dial (pool
-// sizes, TLS). Default: node.Options{} (see its fields). New ignores it.
+// WithNodeOptions sets how nodes made by Dial connect (timeouts, TLS,
+// one shared connection per node or a pool). Default: node.Options{}
+// (see its fields). New ignores it.
 func WithNodeOptions(o node.Options) Option {
 	return clientOnly("WithNodeOptions", func(c *config) { c.nodeOptions = o })
 }
