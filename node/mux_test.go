@@ -119,13 +119,7 @@ func TestMultiplexSilentConnectionIsReplaced(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, node.ErrTimeout)
 	require.NoError(t, <-stalled)
-	k := node.Key{Name: "k", Token: "tok"}
-	res, err := r.Acquire(bg, &k, time.Minute, false)
-	require.NoError(t, err)
-	assert.Equal(t, node.Done, res.Status)
-	res, err = r.Release(bg, &k, true)
-	require.NoError(t, err)
-	assert.Equal(t, node.Done, res.Status)
+	acquireRelease(t, r, 0)
 	assert.Equal(t, before+1, admin.Connections(t), "the silent connection was replaced, once")
 }
 
@@ -146,13 +140,7 @@ func TestMultiplexIdleCheck(t *testing.T) {
 	_, err = admin.Do(bg, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 	require.NoError(t, err)
 	time.Sleep(250 * time.Millisecond)
-	k := node.Key{Name: "k", Token: "tok"}
-	res, err := r.Acquire(bg, &k, time.Minute, false)
-	require.NoError(t, err)
-	assert.Equal(t, node.Done, res.Status)
-	res, err = r.Release(bg, &k, true)
-	require.NoError(t, err)
-	assert.Equal(t, node.Done, res.Status)
+	acquireRelease(t, r, 0)
 }
 
 // TestMultiplexAfterAuthIdle: the dial's AUTH and SELECT leave a write
@@ -163,13 +151,20 @@ func TestMultiplexAfterAuthIdle(t *testing.T) {
 	r, err := node.Dial("redis://:pw@"+strings.TrimPrefix(url, "redis://")+"/2", node.Options{Timeout: 100 * time.Millisecond, CheckIdle: -1})
 	require.NoError(t, err)
 	defer r.Close()
+	acquireRelease(t, r, 250*time.Millisecond)
+}
+
+// acquireRelease takes key "k" on r and, after pause, releases it; both
+// must succeed and answer Done.
+func acquireRelease(t *testing.T, r *node.Redis, pause time.Duration) {
+	t.Helper()
 	bg := context.Background()
 	k := node.Key{Name: "k", Token: "tok"}
 	res, err := r.Acquire(bg, &k, time.Minute, false)
 	require.NoError(t, err)
 	assert.Equal(t, node.Done, res.Status)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(pause)
 	res, err = r.Release(bg, &k, true)
-	require.NoError(t, err, "a call after the dial's deadlines passed")
+	require.NoError(t, err, "a release %v after the acquire", pause)
 	assert.Equal(t, node.Done, res.Status)
 }
