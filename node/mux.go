@@ -35,8 +35,9 @@ import (
 //     that also ends a write the node stopped reading. The next call
 //     dials a new connection.
 //
-// Compared with a pool, a call takes no connection and sets no deadline
-// on a socket: a command costs its share of a write and of a read.
+// Compared with a pool, a call takes no connection, and the socket
+// deadlines are set per write and per reply read rather than twice per
+// call: a command costs its share of a write and of a read.
 type mux struct {
 	r  *Redis
 	nc net.Conn   // for writes and the idle check
@@ -77,10 +78,10 @@ var errNotSent = errors.New("not sent: the connection had broken")
 // errUnasked is a reply that no command was waiting for.
 var errUnasked = errors.New("a reply with no command waiting for it")
 
-// do sends cmd with args and waits for its reply, within ctx.
-func (m *mux) do(ctx context.Context, cmd string, args []any) (any, error) {
+// do sends cmd with args and waits for its reply, within ctx; now is
+// the call's start (the caller has read the clock).
+func (m *mux) do(ctx context.Context, now time.Time, cmd string, args []any) (any, error) {
 	c := muxCalls.Get().(*muxCall)
-	now := time.Now()
 	m.mu.Lock()
 	if m.err == nil && m.head == len(m.queue) && m.r.idleCheck > 0 && now.Sub(m.used) >= m.r.idleCheck && closedByPeer(m.nc) {
 		m.fail(errStale)
@@ -300,13 +301,13 @@ type muxDialing struct {
 // (the idle check found it closed by the node, as after a restart) is
 // sent once more on a new one, as the pool's check would have done; a
 // script the node does not know is sent again as EVAL.
-func (r *Redis) callMux(ctx context.Context, op string, s *script, cmd string, args []any) (any, error) {
+func (r *Redis) callMux(ctx context.Context, start time.Time, op string, s *script, cmd string, args []any) (any, error) {
 	for again := false; ; again = true {
 		m, err := r.muxFor(ctx)
 		if err != nil {
 			return nil, r.fail(op, err)
 		}
-		reply, err := m.do(ctx, cmd, args)
+		reply, err := m.do(ctx, start, cmd, args)
 		if errors.Is(err, errNotSent) && !again {
 			continue
 		}
@@ -314,7 +315,7 @@ func (r *Redis) callMux(ctx context.Context, op string, s *script, cmd string, a
 			src := make([]any, len(args))
 			copy(src, args)
 			src[0] = s.src
-			reply, err = m.do(ctx, "EVAL", src)
+			reply, err = m.do(ctx, start, "EVAL", src)
 		}
 		return reply, r.fail(op, err)
 	}

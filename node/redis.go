@@ -47,7 +47,8 @@ type Options struct {
 	// a close or reset, with no round trip; only where that cannot tell
 	// (TLS bytes waiting, or an OS without the look) is a pooled
 	// connection PINGed, within the call's deadline, and the shared one
-	// used as it is. A connection found dead is replaced within the call. A connection reused sooner (a busy client) is not
+	// used as it is. A connection found dead is replaced within the
+	// call. A connection reused sooner (a busy client) is not
 	// checked, so the check costs one non-blocking system call, and only
 	// to a client that calls the node less often than this. Default
 	// 100ms; negative disables the check.
@@ -58,7 +59,8 @@ type Options struct {
 	// (pub/sub apart), written together with the commands other
 	// goroutines issue at the same moment and answered in order, so that
 	// a burst of N calls costs the node and the client one write and one
-	// read rather than N of each, and a call sets no socket deadline.
+	// read rather than N of each, with a socket deadline per write and
+	// per reply instead of two per call.
 	// Either way a call waits for its reply only until its context's
 	// deadline. On the shared connection, a reply that comes after its
 	// call gave up is read and dropped; a connection on which replies are
@@ -638,7 +640,7 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	if r.muxConn != nil {
-		return r.callMux(ctx, op, s, cmd, args)
+		return r.callMux(ctx, start, op, s, cmd, args)
 	}
 	conn, err := r.pool.GetContext(ctx)
 	if err != nil {
