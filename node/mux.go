@@ -23,25 +23,30 @@ import (
 //     writing, it writes the buffer, and again while others appended
 //     during its write (a group commit): commands issued together go out
 //     in one write, and the node reads them in one.
-//   - One reader goroutine, running while replies are due, reads them in
+//   - One reader goroutine, for the connection's life, reads replies in
 //     order and hands each to its caller, so a burst of replies costs one
-//     read, not one per caller.
+//     read, not one per caller. Idle, it waits on the socket with no
+//     deadline, so it sees at once a node that closes the connection (a
+//     restart, a timeout, CLIENT KILL) or sends what no command asked
+//     for: the connection is dropped before a command is put on it.
 //   - A caller waits for its reply within its context. One that gives up
 //     leaves its place: the reader reads its reply and drops it (noting
 //     it as late, see LastLate).
-//   - The reader reads with the node's Timeout: a connection on which
-//     replies are due and none has come for that long is closed, with
-//     every caller still waiting (a node that stopped answering), and
-//     that also ends a write the node stopped reading. The next call
-//     dials a new connection.
+//   - While replies are due the socket's read deadline is the node's
+//     Timeout after the last reply (or after the first command sent to
+//     an idle connection): a connection on which replies are due and
+//     none has come for that long is closed, with every caller still
+//     waiting (a node that stopped answering), and that also ends a write
+//     the node stopped reading. The next call dials a new connection.
 //
-// Compared with a pool, a call takes no connection, and the socket
-// deadlines are set per write and per reply read rather than twice per
-// call: a command costs its share of a write and of a read.
+// Compared with a pool, a call takes no connection and no goroutine, and
+// the socket deadline is set when a connection turns busy and when it
+// turns idle rather than twice per call: a command costs its share of a
+// write and of a read.
 type mux struct {
 	r  *Redis
-	nc net.Conn   // for writes and the idle check
-	rc redis.Conn // over nc: parses replies (Receive only)
+	nc net.Conn   // for writes and deadlines
+	rc redis.Conn // over nc: parses replies (Receive only; it sets no deadline)
 
 	broken atomic.Bool // err is set
 
@@ -51,9 +56,7 @@ type mux struct {
 	writing bool       // a caller is writing wbuf
 	queue   []*muxCall // callers whose replies are due, in the order sent, from head
 	head    int
-	reading bool      // the reader goroutine runs
-	err     error     // why the connection broke; nil while usable
-	used    time.Time // when the last command was appended
+	err     error // why the connection broke; nil while usable
 }
 
 // muxCall is one command's place in a mux's queue.
@@ -67,12 +70,9 @@ type muxCall struct {
 
 var muxCalls = sync.Pool{New: func() any { return &muxCall{ch: make(chan struct{}, 1)} }}
 
-// errStale breaks a connection the idle check found closed by the node.
-var errStale = errors.New("connection closed by the node while idle")
-
 // errNotSent wraps why a command was not sent: its connection had broken
-// (or the idle check broke it) before. The call tries once more on a new
-// connection.
+// before (the node closed it while idle, say). The call tries once more
+// on a new connection.
 var errNotSent = errors.New("not sent: the connection had broken")
 
 // errUnasked is a reply that no command was waiting for.
@@ -83,22 +83,19 @@ var errUnasked = errors.New("a reply with no command waiting for it")
 func (m *mux) do(ctx context.Context, now time.Time, cmd string, args []any) (any, error) {
 	c := muxCalls.Get().(*muxCall)
 	m.mu.Lock()
-	if m.err == nil && m.head == len(m.queue) && m.r.idleCheck > 0 && now.Sub(m.used) >= m.r.idleCheck && closedByPeer(m.nc) {
-		m.fail(errStale)
-	}
 	if m.err != nil {
 		err := m.err
 		m.mu.Unlock()
 		muxCalls.Put(c)
 		return nil, fmt.Errorf("%w: %w", errNotSent, err)
 	}
-	m.wbuf = appendCommand(m.wbuf, cmd, args)
-	c.sent, m.used = now, now
-	m.queue = append(m.queue, c)
-	if !m.reading {
-		m.reading = true
-		go m.read()
+	if m.head == len(m.queue) {
+		// The connection turns busy: the watchdog starts (see read).
+		m.nc.SetReadDeadline(now.Add(m.r.timeout))
 	}
+	m.wbuf = appendCommand(m.wbuf, cmd, args)
+	c.sent = now
+	m.queue = append(m.queue, c)
 	if !m.writing {
 		m.flush(ctx.Done())
 	}
@@ -123,11 +120,12 @@ func (m *mux) do(ctx context.Context, now time.Time, cmd string, args []any) (an
 }
 
 // flush writes wbuf until nothing more was appended meanwhile; m.mu is
-// held on entry and on return, not during a write. Each write gets the
-// node's Timeout (so does the dial's AUTH and SELECT, whose deadline
-// would otherwise stay). A caller whose context ends (done) while others
-// keep appending hands the rest to a goroutine, so that writing for
-// others never holds it past its deadline.
+// held on entry and on return, not during a write. A write has no
+// deadline of its own: what it writes is due replies, so the reader's
+// watchdog closes a connection the node stopped reading. A caller whose
+// context ends (done) while others keep appending hands the rest to a
+// goroutine, so that writing for others never holds it past its
+// deadline.
 func (m *mux) flush(done <-chan struct{}) {
 	m.writing = true
 	for len(m.wbuf) > 0 && m.err == nil {
@@ -140,10 +138,7 @@ func (m *mux) flush(done <-chan struct{}) {
 		buf := m.wbuf
 		m.wbuf = m.spare[:0]
 		m.mu.Unlock()
-		err := m.nc.SetWriteDeadline(time.Now().Add(m.r.timeout))
-		if err == nil {
-			_, err = m.nc.Write(buf)
-		}
+		_, err := m.nc.Write(buf)
 		m.mu.Lock()
 		m.spare = buf[:0]
 		if err != nil {
@@ -160,20 +155,22 @@ func (m *mux) flushRest() {
 	m.mu.Unlock()
 }
 
-// read hands replies to their callers, in order, until none is due.
+// read hands replies to their callers, in order, until the connection
+// breaks. It keeps the socket's read deadline: none while no reply is
+// due, the node's Timeout after each reply while more are (do sets it
+// when the connection turns busy). Both under m.mu, so that a deadline
+// is never set for a state that has passed.
 func (m *mux) read() {
 	for {
-		reply, err := redis.ReceiveWithTimeout(m.rc, m.r.timeout)
+		reply, err := m.rc.Receive()
 		m.mu.Lock()
 		if _, answer := err.(redis.Error); err != nil && !answer {
 			m.fail(err)
-			m.reading = false
 			m.mu.Unlock()
 			return
 		}
 		if m.head == len(m.queue) {
 			m.fail(errUnasked)
-			m.reading = false
 			m.mu.Unlock()
 			return
 		}
@@ -189,9 +186,9 @@ func (m *mux) read() {
 		}
 		if m.head == len(m.queue) {
 			m.queue, m.head = m.queue[:0], 0
-			m.reading = false
-			m.mu.Unlock()
-			return
+			m.nc.SetReadDeadline(time.Time{})
+		} else {
+			m.nc.SetReadDeadline(time.Now().Add(m.r.timeout))
 		}
 		m.mu.Unlock()
 	}
@@ -207,7 +204,8 @@ func (m *mux) fail(err error) {
 	m.broken.Store(true)
 	// The socket, not the TLS layer over it: closing that would first
 	// send an alert, which a node that stopped reading can make wait
-	// seconds, with m.mu held. The reader's Receive ends on its error.
+	// seconds, with m.mu held. The reader's Receive ends on its error
+	// (its own, when it is the one failing).
 	nc := m.nc
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()
@@ -221,19 +219,6 @@ func (m *mux) fail(err error) {
 		m.queue[i] = nil
 	}
 	m.queue, m.head = nil, 0
-}
-
-// closedByPeer reports whether an idle connection's socket shows that
-// the node closed it (see Redis.checkIdle). Bytes no command asked for
-// count as that too, also under TLS, where they may instead be a late
-// session ticket: replacing a usable connection costs a dial, sending on
-// a closed one would cost the call.
-func closedByPeer(nc net.Conn) bool {
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	s, known := peek(nc)
-	return known && s != sockQuiet
 }
 
 // close breaks the connection for Close.
@@ -286,6 +271,23 @@ func appendBulk[T string | []byte](b []byte, s T) []byte {
 	b = append(b, '\r', '\n')
 	b = append(b, s...)
 	return append(b, '\r', '\n')
+}
+
+// muxSocket is the socket under a mux's reply parser. Once the dial's
+// AUTH and SELECT are done (muxed), the parser's changes to the read
+// deadline are ignored: the mux keeps it (see mux.read), and redigo
+// would clear it before every read.
+type muxSocket struct {
+	net.Conn
+	muxed bool // set before the mux's reader starts
+}
+
+// SetReadDeadline sets the read deadline until the dial is done.
+func (s *muxSocket) SetReadDeadline(t time.Time) error {
+	if s.muxed {
+		return nil
+	}
+	return s.Conn.SetReadDeadline(t)
 }
 
 // muxDialing is a dial of a node's multiplexed connection in progress,
@@ -359,9 +361,11 @@ func (r *Redis) dialMux(d *muxDialing) {
 	cancel()
 	r.muxMu.Lock()
 	if err == nil {
-		d.m = &mux{r: r, nc: nc, rc: rc, used: time.Now()}
+		d.m = &mux{r: r, nc: nc, rc: rc}
 		if r.closed.Load() {
 			d.m.close() // Close ran during the dial: its calls fail ErrClosed
+		} else {
+			go d.m.read()
 		}
 		r.mux.Store(d.m)
 	} else {

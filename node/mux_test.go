@@ -3,8 +3,10 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,24 +125,81 @@ func TestMultiplexSilentConnectionIsReplaced(t *testing.T) {
 	assert.Equal(t, before+1, admin.Connections(t), "the silent connection was replaced, once")
 }
 
-// TestMultiplexIdleCheck: a connection the node closed while it sat idle
-// (a restart, the node's timeout setting) is found by the idle check and
-// replaced before the call is sent on it: the call succeeds. The idle
-// time outlasts Timeout, so the read deadline the last reply was read
-// with has passed (it must not stop the check).
-func TestMultiplexIdleCheck(t *testing.T) {
+// TestMultiplexClosedWhileIdle: a connection the node closed while it
+// sat idle (a restart, the node's timeout setting) is seen closed by the
+// reader and replaced before a call is put on it: the call succeeds, on
+// the one new connection. The idle time outlasts Timeout: no watchdog
+// runs while no reply is due.
+func TestMultiplexClosedWhileIdle(t *testing.T) {
 	url := redistest.Start(t)
 	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{CheckIdle: 20 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	r, err := node.Dial(url, node.Options{Timeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	defer r.Close()
 	bg := context.Background()
 	_, err = r.Inspect(bg, "warm-up")
 	require.NoError(t, err)
+	before := admin.Connections(t)
 	_, err = admin.Do(bg, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 	require.NoError(t, err)
 	time.Sleep(250 * time.Millisecond)
 	acquireRelease(t, r, 0)
+	assert.Equal(t, before+1, admin.Connections(t), "the closed connection was replaced, once")
+}
+
+// TestMultiplexIdleKeepsConnection: a connection idle for longer than
+// Timeout is not taken for a silent one: the next calls go on it.
+func TestMultiplexIdleKeepsConnection(t *testing.T) {
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{Timeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer r.Close()
+	_, err = r.Inspect(context.Background(), "warm-up")
+	require.NoError(t, err)
+	before := admin.Connections(t)
+	time.Sleep(200 * time.Millisecond)
+	acquireRelease(t, r, 120*time.Millisecond)
+	assert.Equal(t, before, admin.Connections(t), "no new connection")
+}
+
+// TestMultiplexUnaskedReplyWhileIdle: bytes that arrive on an idle
+// connection with no command waiting (here a server that answers a
+// command and then, unasked, once more) are not taken for the next
+// command's reply: the connection is dropped when they come, and the
+// next call goes on a new one and gets its own answer.
+func TestMultiplexUnaskedReplyWhileIdle(t *testing.T) {
+	var conns atomic.Int32
+	addr := redistest.Serve(t, func(c net.Conn) {
+		first := conns.Add(1) == 1
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			if _, err := c.Write([]byte("$-1\r\n")); err != nil { // SET ... NX GET: set
+				return
+			}
+			if first {
+				time.Sleep(20 * time.Millisecond)
+				c.Write([]byte("$5\r\nother\r\n")) // what a refusal would say
+				first = false
+			}
+		}
+	})
+	r, err := node.Dial("redis://"+addr, node.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	res, err := r.Acquire(bg, &node.Key{Name: "a", Token: "t"}, time.Minute, false)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+	time.Sleep(80 * time.Millisecond) // less than the pool's CheckIdle: no look at the socket would be made
+
+	res, err = r.Acquire(bg, &node.Key{Name: "b", Token: "t"}, time.Minute, false)
+	require.NoError(t, err)
+	assert.Equal(t, node.Done, res.Status, "the unasked reply was not taken for this one")
+	assert.EqualValues(t, 2, conns.Load(), "the connection was replaced")
 }
 
 // TestMultiplexAfterAuthIdle: the dial's AUTH and SELECT leave a write

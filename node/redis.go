@@ -40,18 +40,18 @@ type Options struct {
 	// TLSConfig is used for rediss:// URLs. Default: system roots, the
 	// URL's host as server name.
 	TLSConfig *tls.Config
-	// CheckIdle is how long a connection may sit idle before the next
-	// call checks it (a pooled one when taken from the pool). A node
-	// that restarted leaves dead connections behind; without the check
-	// the first command on each fails. The check looks at the socket for
-	// a close or reset, with no round trip; only where that cannot tell
-	// (TLS bytes waiting, or an OS without the look) is a pooled
-	// connection PINGed, within the call's deadline, and the shared one
-	// used as it is. A connection found dead is replaced within the
-	// call. A connection reused sooner (a busy client) is not
-	// checked, so the check costs one non-blocking system call, and only
-	// to a client that calls the node less often than this. Default
-	// 100ms; negative disables the check.
+	// CheckIdle is how long a pooled connection (Pooled) may sit idle
+	// before the next call checks it. A node that restarted leaves dead
+	// connections behind; without the check the first command on each
+	// fails. The check looks at the socket for a close or reset, with no
+	// round trip; only where that cannot tell (TLS bytes waiting, or an
+	// OS without the look) is the connection PINGed, within the call's
+	// deadline. A connection found dead is replaced within the call. A
+	// connection reused sooner (a busy client) is not checked, so the
+	// check costs one non-blocking system call, and only to a client
+	// that calls the node less often than this. Default 100ms; negative
+	// disables the check. The shared connection needs none: its reader
+	// sees the node close it when it does.
 	CheckIdle time.Duration
 	// Pooled sends each command over a pooled connection of its own
 	// (MaxIdle, MaxActive, IdleTimeout), as redigo's pool does, instead
@@ -59,8 +59,8 @@ type Options struct {
 	// (pub/sub apart), written together with the commands other
 	// goroutines issue at the same moment and answered in order, so that
 	// a burst of N calls costs the node and the client one write and one
-	// read rather than N of each, with a socket deadline per write and
-	// per reply instead of two per call.
+	// read rather than N of each, with no goroutine and no socket
+	// deadline per call.
 	// Either way a call waits for its reply only until its context's
 	// deadline. On the shared connection, a reply that comes after its
 	// call gave up is read and dropped; a connection on which replies are
@@ -166,12 +166,11 @@ type Redis struct {
 
 	// Unless Options.Pooled: the connection every command goes over
 	// (nil before the first), the dial in progress (guarded by muxMu),
-	// how to make one, and Options.CheckIdle.
-	mux       atomic.Pointer[mux]
-	muxMu     sync.Mutex
-	muxDial   *muxDialing
-	muxConn   func(ctx context.Context) (redis.Conn, net.Conn, error)
-	idleCheck time.Duration
+	// and how to make one.
+	mux     atomic.Pointer[mux]
+	muxMu   sync.Mutex
+	muxDial *muxDialing
+	muxConn func(ctx context.Context) (redis.Conn, net.Conn, error)
 
 	lastLate atomic.Pointer[late] // the last late reply; nil before the first
 }
@@ -274,17 +273,29 @@ func New(ep Endpoint, opts Options) *Redis {
 		},
 	}
 	if !opts.Pooled {
-		r.idleCheck = opts.CheckIdle
 		r.muxConn = func(ctx context.Context) (redis.Conn, net.Conn, error) {
-			var nc net.Conn
+			var sock *muxSocket
 			opts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(
 				func(ctx context.Context, network, addr string) (net.Conn, error) {
 					c, err := netDial(ctx, network, addr)
-					nc = c
-					return c, err
+					if err != nil {
+						return nil, err
+					}
+					sock = &muxSocket{Conn: c}
+					return sock, nil
 				}))
 			c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
-			return c, nc, err
+			if err != nil {
+				return nil, nil, err
+			}
+			// AUTH and SELECT are done: from now on the mux keeps the
+			// deadlines, and the dial's must not stay.
+			sock.muxed = true
+			if err := errors.Join(sock.Conn.SetReadDeadline(time.Time{}), sock.Conn.SetWriteDeadline(time.Time{})); err != nil {
+				c.Close()
+				return nil, nil, err
+			}
+			return c, sock.Conn, nil
 		}
 	}
 	if opts.CheckIdle > 0 {
