@@ -285,7 +285,7 @@ func render(p params, topos []*topology, rs []*scenarioRes, sites []allocSite, d
 	w("2. **proxied** — every node behind its toxiproxy (the set-up of earlier reports). The proxies run in this process: they cost CPU, allocations and goroutines in the same process as the clients, equally for all contenders, and on 2 cores they compete with the clients and the five Redis servers. That compresses every ratio towards 1. Scenarios: %s.\n", setupScenarios(p, "proxied"))
 	w("3. **mixed** — only the faulty node, node %d, behind its toxiproxy; nodes 1–%d reached directly. The quorum comes from the direct nodes, so the proxies no longer sit in every cycle, and differences between clients are no longer diluted by proxy work: the nearest to the direct set-up a fault can be. Scenarios: %s.\n\n", fault, p.faultNode, setupScenarios(p, "mixed"))
 	w("Contenders, all with TTL %v, pool MaxIdle = MaxActive = %d per node, `Wait: true`, redigo dial/read/write timeout %v (the library's `node.Options.Timeout` default) for every pool:\n\n", p.setup.ttl, p.setup.pool, p.setup.sockTimeout)
-	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures twice the node timeout apart, at least half of the node's calls, open it; cooldown 1 s doubling to 30 s), `CheckIdle` 100 ms (a pooled connection idle for that long is checked by a non-blocking look at its socket, no round trip; each contender idles ~1.2 s between its rounds). In the proxied and mixed set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; in the direct set-up it runs without hooks, as configured by default.\n", nt, p.latency, fault)
+	w("- **A** quorumlock/redlock: `redlock.Dial(urls, WithTTL(10s), WithNodeOptions(node.Options{MaxIdle, MaxActive, Timeout}))`, `Client.Lock` (default retry) + `Lock.Unlock`. Everything else at its default: **node timeout %v** (TTL/200; above the %v latency of the latency scenario, but see the findings), **circuit breaker on** (3 failures twice the node timeout apart, at least half of the node's calls, open it; cooldown 1 s doubling to 30 s), %s. In the proxied and mixed set-ups A also has two counting hooks (`WithHooks`: an atomic add per node call and per breaker change) that report what its calls to node %d did; in the direct set-up it runs without hooks, as configured by default.\n", nt, p.latency, connMode(p.setup), fault)
 	w("- **B** go-redsync v4, redigo driver, default options except `WithExpiry(10s)`: `NewMutex(key).LockContext` + `UnlockContext`. It waits for every node; its per-attempt context (expiry × 0.05 = 500 ms) bounds only getting a pooled connection, the command is bounded by the socket read timeout (%v).\n", p.setup.sockTimeout)
 	w("- **C** as B plus `WithFailFast(true)` (returns at quorum).\n")
 	w("- **D** raw floor: plain redigo, `SET NX PX` to all 5 in parallel returning at majority, compare-and-delete by `EVALSHA` in parallel returning at majority, one %v deadline per fan-out, `DoWithTimeout` per call; validity check, roll-back and the same retry schedule as A; no late clean-up, no breaker.\n", p.setup.rawTimeout)
@@ -359,14 +359,14 @@ func render(p params, topos []*topology, rs []*scenarioRes, sites []allocSite, d
 
 	if len(diag) > 0 {
 		w("### Why the breaker opens on the +%v node: A alone, three node configurations (mixed set-up)\n\n", p.latency)
-		w("A fresh client per line, alone, serial; a %v warm-up, then 4 runs of %v each after %v idle (longer than `CheckIdle`, as between interleaved rounds). Counts cover the whole line, warm-up included.\n\n", p.warmup, p.roundDur, max(1200*time.Millisecond, 3*(p.roundDur+50*time.Millisecond)))
+		w("A fresh client per line, alone, serial; a %v warm-up, then 4 runs of %v each after %v idle (longer than the pool's `CheckIdle`, as between interleaved rounds). Counts cover the whole line, warm-up included.\n\n", p.warmup, p.roundDur, max(1200*time.Millisecond, 3*(p.roundDur+50*time.Millisecond)))
 		w("| A's node options | cycles | node %d: answered | timed out | skipped | breaker opened / closed |\n|---|---|---|---|---|---|\n", fault)
 		for _, d := range diag {
 			w("| %s | %d | %d | %d | %d | %d / %d |\n", d.name, d.cycles, d.calls.ok, d.calls.timeout, d.calls.skipped, d.calls.opened, d.calls.closed)
 		}
 		w("\nThe node timeout is %v and the node answers in %v plus the proxy's and the scheduler's delays, so one round trip fits but two do not. Two things put a second round trip, or a wait, into one node timeout:\n\n", nt, p.latency)
-		w("- **`CheckIdle`** (default 100 ms, 1 s before 2026-11-26): before commit 0f21b18 a connection idle for a second was PINGed before the command, within the same deadline (%v + %v > %v), so after a lull every first call to the slow node timed out. It is now a look at the socket with no round trip; compare the first two lines for what remains of it.\n", p.latency, p.latency, nt)
-		w("- **The pool** (MaxActive %d): a call to the slow node holds a connection for a round trip, a release queued behind its acquire holds one for another, so at a couple of thousand cycles per second more than %d calls want a connection at once; the rest wait for one within the node timeout, and time out. Compare the last two lines.\n", p.setup.pool, p.setup.pool)
+		w("- **`CheckIdle`** (default 100 ms, 1 s before 2026-11-26): before commit 0f21b18 a connection idle for a second was PINGed before the command, within the same deadline (%v + %v > %v), so after a lull every first call to the slow node timed out. It is now a look at the socket with no round trip, and the shared connection (the first line) needs none: its reader sees a connection the node closed while idle.\n", p.latency, p.latency, nt)
+		w("- **The pool** (MaxActive %d): a call to the slow node holds a connection for a round trip, a release queued behind its acquire holds one for another, so at a couple of thousand cycles per second more than %d calls want a connection at once; the rest wait for one within the node timeout, and time out. Compare the last two lines; the shared connection has no pool to wait for.\n", p.setup.pool, p.setup.pool)
 		w("- What remains (the last line) is timeouts from scheduling stalls on this shared 2-core machine: with only %v of slack, one stall fails every call in flight at once; the breaker's Span (the run of failures must last twice the node timeout) keeps one such burst from opening it.\n\n", nt-p.latency)
 	}
 
@@ -635,4 +635,12 @@ func goredisMode(s setup) string {
 		return "**`ContextTimeoutEnabled`** (`-goredis-ctx-timeout`: go-redis bounds reads and writes by each call's deadline and closes the connection of a reply or handshake that missed it, where A's nodes keep it)"
 	}
 	return "`ContextTimeoutEnabled` off (go-redis' default: the node runs each call in a goroutine and returns at the deadline; go-redis reads a late reply or finishes a late handshake in the background and keeps the connection, as A's nodes do, and the node lets no command out after its call returned)"
+}
+
+// connMode says how A's nodes reach their Redis (-pooled).
+func connMode(s setup) string {
+	if s.pooled {
+		return "**pooled connections** (`-pooled`: a connection per call from a pool of `MaxActive`; `CheckIdle` 100 ms, a connection idle for that long is looked at, without a round trip, before the next call uses it; each contender idles ~1.2 s between its rounds)"
+	}
+	return "one shared connection per node (the default: every call's command written with those issued at the same moment, replies read in order by one reader goroutine, which also sees a connection the node closed while idle)"
 }

@@ -54,6 +54,7 @@ func (b *bench) heal() { b.cl.Heal(b.p.faultNode) }
 // diagRes is one variant of A's node options in the latency diagnosis.
 type diagRes struct {
 	name      string
+	pooled    bool
 	checkIdle time.Duration
 	pool      int
 	cycles    int
@@ -61,10 +62,11 @@ type diagRes struct {
 }
 
 // latencyDiag runs A alone against the slow node (the current set-up,
-// +latency on the fault node) with its default node options and with the
-// two suspects of timeouts on a node slower than half the node timeout
-// turned off: CheckIdle (a PING before a command on a connection idle for
-// a second: two round trips within one node timeout) and the pool's size
+// +latency on the fault node) with its default node options (one shared
+// connection per node) and with pooled connections, where two suspects
+// of timeouts on a node slower than half the node timeout live:
+// CheckIdle (once a PING before a command on a connection idle for a
+// second: two round trips within one node timeout) and the pool's size
 // (calls to the slow node hold a connection for a round trip each, and
 // wait for one when MaxActive are busy). Each variant: a fresh client, a
 // warm-up, then rounds of the usual length separated by the idle time a
@@ -77,15 +79,15 @@ func (b *bench) latencyDiag() []diagRes {
 	defer b.heal()
 	idle := max(1200*time.Millisecond, 3*(b.p.roundDur+50*time.Millisecond))
 	variants := []diagRes{
-		{name: "A as benchmarked (CheckIdle 100ms, pool 64)", pool: b.p.setup.pool},
-		{name: "CheckIdle off", checkIdle: -1, pool: b.p.setup.pool},
-		{name: "CheckIdle off, pool 256", checkIdle: -1, pool: 256},
+		{name: "A as benchmarked (one shared connection per node)", pooled: b.p.setup.pooled, pool: b.p.setup.pool},
+		{name: fmt.Sprintf("pooled, CheckIdle 100ms, pool %d", b.p.setup.pool), pooled: true, pool: b.p.setup.pool},
+		{name: "pooled, CheckIdle off, pool 256", pooled: true, checkIdle: -1, pool: 256},
 	}
 	sc := scenario{id: "latency-diag", workers: b.p.faultWorkers, fault: "latency", round: freeRound}
 	for k := range variants {
 		v := &variants[k]
 		s := b.p.setup
-		s.stats, s.checkIdle, s.pool = new(ourStats), v.checkIdle, v.pool
+		s.stats, s.pooled, s.checkIdle, s.pool = new(ourStats), v.pooled, v.checkIdle, v.pool
 		c, err := makeContender("A", b.urls, s)
 		if err != nil {
 			b.log("latency diagnosis: %v", err)
