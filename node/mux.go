@@ -26,9 +26,12 @@ import (
 //   - One reader goroutine, for the connection's life, reads replies in
 //     order and hands each to its caller, so a burst of replies costs one
 //     read, not one per caller. Idle, it waits on the socket with no
-//     deadline, so it sees at once a node that closes the connection (a
-//     restart, a timeout, CLIENT KILL) or sends what no command asked
-//     for: the connection is dropped before a command is put on it.
+//     deadline, so it sees a node that closes the connection (a restart,
+//     a timeout, CLIENT KILL) or sends what no command asked for as soon
+//     as it runs: the connection is dropped, and the next call dials
+//     another. (Only a call that comes in the microseconds between the
+//     bytes' arrival and the reader's turn is put on the old one, and
+//     fails.)
 //   - A caller waits for its reply within its context. One that gives up
 //     leaves its place: the reader reads its reply and drops it (noting
 //     it as late, see LastLate).
@@ -44,9 +47,10 @@ import (
 // turns idle rather than twice per call: a command costs its share of a
 // write and of a read.
 type mux struct {
-	r  *Redis
-	nc net.Conn   // for writes and deadlines
-	rc redis.Conn // over nc: parses replies (Receive only; it sets no deadline)
+	r   *Redis
+	nc  net.Conn   // for writes and deadlines
+	rc  redis.Conn // over nc: parses replies (Receive only; it sets no deadline)
+	tls bool       // nc is TLS: the deadlines bound writes too (see setDeadline)
 
 	broken atomic.Bool // err is set
 
@@ -70,12 +74,16 @@ type muxCall struct {
 
 var muxCalls = sync.Pool{New: func() any { return &muxCall{ch: make(chan struct{}, 1)} }}
 
-// errNotSent wraps why a command was not sent: its connection had broken
-// before (the node closed it while idle, say). The call tries once more
-// on a new connection.
-var errNotSent = errors.New("not sent: the connection had broken")
+// notSent is the error of a command not sent because its connection had
+// broken before (the node closed it while idle, say); err says why. The
+// call tries once more on a new connection.
+type notSent struct{ err error }
 
-// errUnasked is a reply that no command was waiting for.
+func (e notSent) Error() string { return "not sent: " + e.err.Error() }
+func (e notSent) Unwrap() error { return e.err }
+
+// errUnasked breaks a connection on which a reply came that no command
+// was waiting for.
 var errUnasked = errors.New("a reply with no command waiting for it")
 
 // do sends cmd with args and waits for its reply, within ctx; now is
@@ -83,15 +91,22 @@ var errUnasked = errors.New("a reply with no command waiting for it")
 func (m *mux) do(ctx context.Context, now time.Time, cmd string, args []any) (any, error) {
 	c := muxCalls.Get().(*muxCall)
 	m.mu.Lock()
+	if m.err == nil && m.head == len(m.queue) {
+		// The connection turns busy: the watchdog starts (see read),
+		// from now: the call may have waited for a dial. A socket the
+		// reader found closed (the node closed it while idle) and has
+		// not said so yet fails here, before a command is put on it.
+		if err := m.rc.Err(); err != nil {
+			m.fail(err)
+		} else if err := m.setDeadline(time.Now().Add(m.r.timeout)); err != nil {
+			m.fail(err)
+		}
+	}
 	if m.err != nil {
 		err := m.err
 		m.mu.Unlock()
 		muxCalls.Put(c)
-		return nil, fmt.Errorf("%w: %w", errNotSent, err)
-	}
-	if m.head == len(m.queue) {
-		// The connection turns busy: the watchdog starts (see read).
-		m.nc.SetReadDeadline(now.Add(m.r.timeout))
+		return nil, notSent{err}
 	}
 	m.wbuf = appendCommand(m.wbuf, cmd, args)
 	c.sent = now
@@ -142,6 +157,12 @@ func (m *mux) flush(done <-chan struct{}) {
 		m.mu.Lock()
 		m.spare = buf[:0]
 		if err != nil {
+			if rerr := m.rc.Err(); rerr != nil {
+				// The reader found the connection broken and closed it
+				// under this write (a node that answered something no
+				// command asked for, or closed it): its error says why.
+				err = rerr
+			}
 			m.fail(err)
 		}
 	}
@@ -170,7 +191,12 @@ func (m *mux) read() {
 			return
 		}
 		if m.head == len(m.queue) {
-			m.fail(errUnasked)
+			if err == nil {
+				// (An error reply the node sent first, such as "max
+				// number of clients reached", stays itself.)
+				err = fmt.Errorf("%w: %.64q", errUnasked, fmt.Sprint(reply))
+			}
+			m.fail(err)
 			m.mu.Unlock()
 			return
 		}
@@ -186,12 +212,23 @@ func (m *mux) read() {
 		}
 		if m.head == len(m.queue) {
 			m.queue, m.head = m.queue[:0], 0
-			m.nc.SetReadDeadline(time.Time{})
+			m.setDeadline(time.Time{})
 		} else {
-			m.nc.SetReadDeadline(time.Now().Add(m.r.timeout))
+			m.setDeadline(time.Now().Add(m.r.timeout))
 		}
 		m.mu.Unlock()
 	}
+}
+
+// setDeadline sets the watchdog (see read). Over TLS it bounds writes
+// too: a TLS write blocked on a node that stopped reading holds the
+// connection's write lock, which a read that must answer the node (an
+// alert, a key update) then waits for, past its own deadline.
+func (m *mux) setDeadline(t time.Time) error {
+	if m.tls {
+		return m.nc.SetDeadline(t)
+	}
+	return m.nc.SetReadDeadline(t)
 }
 
 // fail breaks the connection with err, with m.mu held: it is closed, and
@@ -310,8 +347,11 @@ func (r *Redis) callMux(ctx context.Context, start time.Time, op string, s *scri
 			return nil, r.fail(op, err)
 		}
 		reply, err := m.do(ctx, start, cmd, args)
-		if errors.Is(err, errNotSent) && !again {
-			continue
+		if ns, ok := err.(notSent); ok {
+			if !again {
+				continue
+			}
+			err = ns.err // as a call that sent it would have seen it
 		}
 		if s != nil && noScript(err) {
 			src := make([]any, len(args))
@@ -361,7 +401,8 @@ func (r *Redis) dialMux(d *muxDialing) {
 	cancel()
 	r.muxMu.Lock()
 	if err == nil {
-		d.m = &mux{r: r, nc: nc, rc: rc}
+		_, isTLS := nc.(*tls.Conn)
+		d.m = &mux{r: r, nc: nc, rc: rc, tls: isTLS}
 		if r.closed.Load() {
 			d.m.close() // Close ran during the dial: its calls fail ErrClosed
 		} else {

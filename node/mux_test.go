@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -226,4 +227,47 @@ func acquireRelease(t *testing.T, r *node.Redis, pause time.Duration) {
 	res, err = r.Release(bg, &k, true)
 	require.NoError(t, err, "a release %v after the acquire", pause)
 	assert.Equal(t, node.Done, res.Status)
+}
+
+// TestMultiplexWatchdogFromSend: the watchdog of a connection that turns
+// busy counts from when the command is sent, not from when its call
+// began: the first call waits for a slow dial (AUTH answered after most
+// of Timeout) and is answered a while later, and a second call, sent
+// meanwhile with a full Timeout of its own, is not failed by a deadline
+// the first call's wait had used up.
+func TestMultiplexWatchdogFromSend(t *testing.T) {
+	addr := redistest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		first := true
+		for {
+			args, err := readCommand(br)
+			if err != nil {
+				return
+			}
+			switch {
+			case args[0] == "AUTH":
+				time.Sleep(150 * time.Millisecond)
+				c.Write([]byte("+OK\r\n"))
+				continue
+			case first:
+				first = false
+				time.Sleep(100 * time.Millisecond)
+			}
+			c.Write([]byte("$-1\r\n"))
+		}
+	})
+	r, err := node.Dial("redis://:pw@"+addr, node.Options{Timeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Acquire(bg, &node.Key{Name: "a", Token: "t"}, time.Minute, false)
+		first <- err
+	}()
+	time.Sleep(160 * time.Millisecond) // the dial is done, the first command sent
+	res, err := r.Acquire(bg, &node.Key{Name: "b", Token: "t"}, time.Minute, false)
+	require.NoError(t, err)
+	assert.Equal(t, node.Done, res.Status)
+	<-first // past its own deadline: dial and reply took longer than Timeout
 }
