@@ -81,7 +81,7 @@ func main() {
 		pool    = flag.Int("pool", 64, "MaxIdle = MaxActive per node, for every contender")
 		sockT   = flag.Duration("socket-timeout", time.Second, "redigo dial/read/write timeout for every pool (node.Options.Timeout default)")
 		pooled  = flag.Bool("pooled", false, "A's node.Options.Pooled: a pooled connection per call instead of one shared connection per node; for diagnosis")
-		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle (0: the library's default, 100ms; negative: off); for diagnosis")
+		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle, which applies to pooled connections only (-pooled; 0: the library's default, 100ms; negative: off); for diagnosis")
 		grCtx   = flag.Bool("goredis-ctx-timeout", false, "E's go-redis clients with ContextTimeoutEnabled (go-redis bounds reads and writes and drops late connections; default: the nodes bound calls from goroutines); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
