@@ -291,7 +291,7 @@ func New(ep Endpoint, opts Options) *Redis {
 			// AUTH and SELECT are done: from now on the mux keeps the
 			// deadlines, and the dial's must not stay.
 			sock.muxed = true
-			if err := errors.Join(sock.Conn.SetReadDeadline(time.Time{}), sock.Conn.SetWriteDeadline(time.Time{})); err != nil {
+			if err := sock.Conn.SetDeadline(time.Time{}); err != nil {
 				c.Close()
 				return nil, nil, err
 			}
