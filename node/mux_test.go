@@ -106,19 +106,10 @@ func TestMultiplexLateReplyIsDropped(t *testing.T) {
 // the connection; once the node answers again, the next call gets a new
 // one and its reply.
 func TestMultiplexSilentConnectionIsReplaced(t *testing.T) {
-	url := redistest.Start(t)
-	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{Timeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
-	bg := context.Background()
-	_, err = r.Inspect(bg, "warm-up")
-	require.NoError(t, err)
-	before := admin.Connections(t)
-
+	r, admin, before := connected(t, 200*time.Millisecond)
 	stalled := stall(t, admin, 800*time.Millisecond)
-	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
-	_, err = r.Inspect(ctx, "k")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := r.Inspect(ctx, "k")
 	cancel()
 	require.ErrorIs(t, err, node.ErrTimeout)
 	require.NoError(t, <-stalled)
@@ -132,16 +123,8 @@ func TestMultiplexSilentConnectionIsReplaced(t *testing.T) {
 // the one new connection. The idle time outlasts Timeout: no watchdog
 // runs while no reply is due.
 func TestMultiplexClosedWhileIdle(t *testing.T) {
-	url := redistest.Start(t)
-	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{Timeout: 100 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
-	bg := context.Background()
-	_, err = r.Inspect(bg, "warm-up")
-	require.NoError(t, err)
-	before := admin.Connections(t)
-	_, err = admin.Do(bg, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	r, admin, before := connected(t, 100*time.Millisecond)
+	_, err := admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 	require.NoError(t, err)
 	time.Sleep(250 * time.Millisecond)
 	acquireRelease(t, r, 0)
@@ -151,14 +134,7 @@ func TestMultiplexClosedWhileIdle(t *testing.T) {
 // TestMultiplexIdleKeepsConnection: a connection idle for longer than
 // Timeout is not taken for a silent one: the next calls go on it.
 func TestMultiplexIdleKeepsConnection(t *testing.T) {
-	url := redistest.Start(t)
-	admin := redistest.Dial(t, url)
-	r, err := node.Dial(url, node.Options{Timeout: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer r.Close()
-	_, err = r.Inspect(context.Background(), "warm-up")
-	require.NoError(t, err)
-	before := admin.Connections(t)
+	r, admin, before := connected(t, 50*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	acquireRelease(t, r, 120*time.Millisecond)
 	assert.Equal(t, before, admin.Connections(t), "no new connection")
@@ -212,6 +188,22 @@ func TestMultiplexAfterAuthIdle(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	acquireRelease(t, r, 250*time.Millisecond)
+}
+
+// connected starts a server and a node on it with timeout, whose shared
+// connection is open (a warm-up call answered); it returns the node, an
+// admin connection to the server and the connections the server had
+// accepted by then. The node is closed when the test ends.
+func connected(t *testing.T, timeout time.Duration) (*node.Redis, *redistest.Admin, int) {
+	t.Helper()
+	url := redistest.Start(t)
+	admin := redistest.Dial(t, url)
+	r, err := node.Dial(url, node.Options{Timeout: timeout})
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	_, err = r.Inspect(context.Background(), "warm-up")
+	require.NoError(t, err)
+	return r, admin, admin.Connections(t)
 }
 
 // acquireRelease takes key "k" on r and, after pause, releases it; both
