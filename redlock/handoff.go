@@ -31,7 +31,7 @@ import (
 type offer struct {
 	gift      chan *Lock // buffered (1), sent to under qmu: the handed-over lock, or nil: released, try now
 	cfg       config     // the waiting Lock call's settings (a copy: the call's own stays on its stack)
-	claimed   bool       // an Unlock is handing over to it
+	claimed   bool       // an Unlock is handing over to it, or releasing and will tell it (see claim)
 	withdrawn bool       // its Lock call has returned: a handoff under way releases what it would bring
 }
 
@@ -55,9 +55,10 @@ func (c *Client) offer(key string, cfg *config) *offer {
 	return o
 }
 
-// awaited reports whether a handoff to o is under way, so that a release
-// heard meanwhile (the nodes announce one when they yield to another
-// client) is not a reason to attempt.
+// awaited reports whether a handoff to o is under way, or a release that
+// will tell o when it has returned (see claim), so that a release heard
+// meanwhile (the nodes announce one when they yield to another client)
+// or a retry delay that ends is not a reason to attempt.
 func (c *Client) awaited(o *offer) bool {
 	if o == nil {
 		return false
@@ -96,8 +97,12 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 // local queue (Lock.queue: its key's, or its semaphore's), if it offers,
 // no other Unlock is handing to it, the queue has not had maxChain
 // handoffs in a row, and l is still valid (not expired). Otherwise it
-// returns the head that waits for a handoff it will not get (to poke
-// once the lock is released), or nil.
+// returns the head that waits for a handoff it will not get, or nil. The
+// head is told once the lock is released (Lock.unlock). Unless l is a
+// read hold, it counts as claimed until then: a retry delay of the head
+// that ends meanwhile, or the first node's release announcement, would
+// otherwise send it to the nodes while the others still hold the key,
+// and its attempt would fail there and sleep out another retry delay.
 func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting *offer) {
 	if !c.handoff {
 		return nil, nil
@@ -110,6 +115,7 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 	}
 	if q.chain >= maxChain || expired || l.fence != 0 || l.ch.shared || ctx.Err() != nil {
 		q.chain = 0
+		q.head.claimed = !l.ch.shared
 		return nil, q.head
 	}
 	q.head.claimed = true

@@ -323,6 +323,65 @@ func TestWaiterDoesNotTryWhileTheTransferToItIsOnItsWay(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
+// TestChainEndReleaseIsNotRaced: after maxChain (16) handoffs in a row
+// an Unlock releases the lock instead of handing it over, and tells its
+// client's waiting goroutine once the release has returned. A retry
+// delay of that waiter that ends while the release is on its way sends
+// no attempt: the nodes still holding the key would refuse it, and the
+// waiter would sleep out another retry delay.
+func TestChainEndReleaseIsNotRaced(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	c := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour), redlock.WithRetry(redlock.LinearBackoff(time.Second)))
+	ctx := context.Background()
+	l := lockOnAll(t, ctx, c, fakes)
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	for range 16 {
+		// A second waiter keeps the local queue, whose handoffs are
+		// counted, from emptying when the first takes the lock.
+		next := make(chan lockResult, 1)
+		go func() {
+			l, err := c.Lock(ctx, "k")
+			next <- lockResult{l, err}
+		}()
+		require.Eventually(t, func() bool { return redlock.Waiting(c, "k") == 2 }, 5*time.Second, time.Millisecond)
+		require.NoError(t, l.Unlock(ctx))
+		r := receiveLock(t, rc)
+		require.NoError(t, r.err)
+		l, rc = r.l, next
+		require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the next waiter sleeps")
+	}
+	transfers := fakes[0].count("transfer")
+	acquires := func() (n int) {
+		for _, f := range fakes {
+			n += f.count("acquire")
+		}
+		return n
+	}
+	before := acquires()
+	gateC := make(chan struct{})
+	for _, f := range fakes[1:] {
+		f.setBefore(gate("release", gateC))
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	require.Eventually(t, func() bool { return fakes[0].token("k") == "" && fakes[2].count("release") > 0 },
+		5*time.Second, time.Millisecond, "node 0 released; nodes 1 and 2 hold the release")
+	clk.Advance(2 * time.Second) // the waiter's retry delay (at most 1.5 s) ends
+	assert.Never(t, func() bool { return acquires() != before }, 50*time.Millisecond, time.Millisecond,
+		"no attempt while the release is on its way")
+	close(gateC)
+	require.NoError(t, <-unlocked)
+	r := receiveLock(t, rc)
+	require.NoError(t, r.err)
+	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2, "the waiter took the released key on a majority")
+	// (Lock returns at a majority: the third acquire may still be on its
+	// way, and may reach its node before the release there.)
+	assert.Eventually(t, func() bool { return acquires() == before+3 }, 5*time.Second, time.Millisecond,
+		"one attempt, after the release")
+	assert.Equal(t, transfers, fakes[0].count("transfer"), "the 17th Unlock released rather than transferred")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
 // TestHandoffToAWaiterThatGaveUp: the waiter's context ends while the
 // transfer to it is under way; its Lock returns the context's error and
 // the lock handed to it is unlocked: no key is left.

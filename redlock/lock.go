@@ -299,8 +299,12 @@ func (l *Lock) unlock(ctx context.Context, expired bool) error {
 		return l.handOff(ctx, to)
 	}
 	err := l.release(ctx, expired, nil)
-	if waiting != nil {
+	switch {
+	case waiting == nil:
+	case l.ch.shared:
 		l.c.poke(waiting)
+	default: // claimed for this release (see claim)
+		l.c.deliver(l.queue(), waiting, nil)
 	}
 	return err
 }
