@@ -707,7 +707,9 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 		// A release was heard. While a handoff to this call is under
 		// way, it is the nodes handing the key to another client's
 		// waiter, or reserving it for this client, whose lock is on its
-		// way here: wait for the handoff.
+		// way here: wait for the handoff. While an Unlock of this client
+		// releases instead, it is that release on its way: wait for its
+		// poke.
 		if c.awaited(o) {
 			continue
 		}

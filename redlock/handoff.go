@@ -31,7 +31,8 @@ import (
 type offer struct {
 	gift      chan *Lock // buffered (1), sent to under qmu: the handed-over lock, or nil: released, try now
 	cfg       config     // the waiting Lock call's settings (a copy: the call's own stays on its stack)
-	claimed   bool       // an Unlock is handing over to it, or releasing and will tell it (see claim)
+	claimed   bool       // an Unlock is handing over to it
+	releasing int        // Unlocks releasing instead, which poke it once their release has returned (see claim)
 	withdrawn bool       // its Lock call has returned: a handoff under way releases what it would bring
 }
 
@@ -56,16 +57,17 @@ func (c *Client) offer(key string, cfg *config) *offer {
 }
 
 // awaited reports whether a handoff to o is under way, or a release that
-// will tell o when it has returned (see claim), so that a release heard
-// meanwhile (the nodes announce one when they yield to another client)
-// or a retry delay that ends is not a reason to attempt.
+// pokes o once it has returned (see claim), so that a release heard
+// meanwhile (the nodes announce one when they yield to another client,
+// or as they get the release) is not a reason to attempt, nor, for a
+// Lock call, a retry delay that ends.
 func (c *Client) awaited(o *offer) bool {
 	if o == nil {
 		return false
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	return o.claimed
+	return o.claimed || o.releasing > 0
 }
 
 // withdraw ends o as its Lock call returns ret (nil: no lock). A handoff
@@ -97,12 +99,14 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 // local queue (Lock.queue: its key's, or its semaphore's), if it offers,
 // no other Unlock is handing to it, the queue has not had maxChain
 // handoffs in a row, and l is still valid (not expired). Otherwise it
-// returns the head that waits for a handoff it will not get, or nil. The
-// head is told once the lock is released (Lock.unlock). Unless l is a
-// read hold, it counts as claimed until then: a retry delay of the head
-// that ends meanwhile, or the first node's release announcement, would
-// otherwise send it to the nodes while the others still hold the key,
-// and its attempt would fail there and sleep out another retry delay.
+// returns the head that waits for a handoff it will not get (to poke
+// once the lock is released, see Lock.unlock), or nil. Unless l is a read
+// hold, the head counts as awaiting that poke until then (offer.releasing):
+// a retry delay of the head that ends meanwhile, or the first node's
+// release announcement, would otherwise send it to the nodes while the
+// others still hold the key, and its attempt would fail there and sleep
+// out another retry delay. Another Unlock may still hand it a lock
+// meanwhile (a semaphore's other slot).
 func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting *offer) {
 	if !c.handoff {
 		return nil, nil
@@ -115,7 +119,9 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 	}
 	if q.chain >= maxChain || expired || l.fence != 0 || l.ch.shared || ctx.Err() != nil {
 		q.chain = 0
-		q.head.claimed = !l.ch.shared
+		if !l.ch.shared {
+			q.head.releasing++
+		}
 		return nil, q.head
 	}
 	q.head.claimed = true
@@ -152,10 +158,14 @@ func (c *Client) deliver(key string, o *offer, g *Lock) bool {
 }
 
 // poke tells o, the head of a key's local queue, that the lock was
-// released without a handoff: it tries the nodes now.
-func (c *Client) poke(o *offer) {
+// released without a handoff: it tries the nodes now (unless a handoff
+// to it is under way). released: by an Unlock counted in o.releasing.
+func (c *Client) poke(o *offer, released bool) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	if released {
+		o.releasing--
+	}
 	if o.claimed || o.withdrawn {
 		return
 	}

@@ -299,12 +299,8 @@ func (l *Lock) unlock(ctx context.Context, expired bool) error {
 		return l.handOff(ctx, to)
 	}
 	err := l.release(ctx, expired, nil)
-	switch {
-	case waiting == nil:
-	case l.ch.shared:
-		l.c.poke(waiting)
-	default: // claimed for this release (see claim)
-		l.c.deliver(l.queue(), waiting, nil)
+	if waiting != nil {
+		l.c.poke(waiting, !l.ch.shared)
 	}
 	return err
 }

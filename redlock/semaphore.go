@@ -499,8 +499,9 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 			i = chosen - mine0 // a node reserved slot i for this client
 		}
 		if c.awaited(o) {
-			// The handoff under way brings a slot; this one is kept
-			// in case it does not.
+			// A handoff under way brings a slot (or a release under
+			// way pokes this call once it has returned); this one is
+			// kept in case no slot comes.
 			dropped = append(dropped, i)
 			continue
 		}

@@ -558,3 +558,50 @@ func TestSemaphoreReleaseGoesToTheLongestWaitingClient(t *testing.T) {
 		require.Eventually(t, func() bool { return holders(fakes, l.Key(), "") == len(fakes) }, 5*time.Second, time.Millisecond, "%s is free", l.Key())
 	}
 }
+
+// TestSemaphoreHandoffWhileAnotherSlotReleases: while one permit's Unlock
+// releases (a fenced permit's: its successor's fence must come from an
+// acquire) and will poke the waiting Acquire once its release has
+// returned, another permit's Unlock still hands its slot to that waiter
+// at once, by transfer.
+func TestSemaphoreHandoffWhileAnotherSlotReleases(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(3, clk)
+	// (A node timeout long enough for the held release to outlast a
+	// loaded machine.)
+	c := handoffClient(t, asHandoff(fakes), clk, redlock.WithNodeTimeout(5*time.Second),
+		redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx := context.Background()
+	s, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	a, err := s.TryAcquire(ctx, redlock.WithFencing())
+	require.NoError(t, err)
+	require.NotZero(t, a.Fence())
+	b, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	w := acquireAsync(ctx, s)
+	require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond, "the waiter sleeps")
+	before := counts(fakes, "release")
+	gateC := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("release", gateC))
+	}
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Unlock(ctx) }()
+	require.Eventually(t, func() bool { return !slices.Equal(counts(fakes, "release"), before) },
+		5*time.Second, time.Millisecond, "the fenced permit's release is on its way, held at the nodes")
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Unlock(ctx) }()
+	select {
+	case r := <-w:
+		require.NoError(t, r.err)
+		assert.Equal(t, b.Key(), r.l.Key(), "the waiter got the other permit's slot")
+		require.NoError(t, <-bDone)
+		close(gateC)
+		require.NoError(t, <-aDone)
+		require.NoError(t, r.l.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		close(gateC)
+		t.Fatal("the waiter got no slot while the other permit's release was held")
+	}
+}
