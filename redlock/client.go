@@ -380,9 +380,11 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	for attempt = 1; ; attempt++ {
 		if queued && (c.heldHere(key) || c.awaited(o)) {
 			// A lock of this client holds the key, or its Unlock is
-			// handing it to this call: wait for the handoff rather
-			// than try the nodes, its retry delay apart, until it is
-			// handed over or released. (A retry delay that ended
+			// handing it to this call, or releasing it and will poke
+			// this call once the release has returned: wait for the
+			// handoff or the poke rather than try the nodes, its
+			// retry delay apart (a delay that ends while awaited
+			// sends nothing), until it is handed over or released. (A retry delay that ended
 			// while the transfer was on its way sent an attempt that
 			// the nodes could only refuse: about one handoff in seven
 			// with eight goroutines and 1 ms holds.)
@@ -637,8 +639,9 @@ const queuePoll = node.WaiterLease / 3
 // sleep waits d on the client's clock, or until w (nil: none) hears a
 // release, or until o (nil: none) receives a handoff: then it returns the
 // lock handed over (nil: the lock was released without a handoff, try
-// now). A release heard while a handoff to o is under way does not end
-// the wait. A release that reserves the key for this waiter is announced
+// now). A release heard while a handoff to o is under way, or a release
+// by an Unlock of this client that pokes o once it has returned (see
+// Client.awaited), does not end the wait. A release that reserves the key for this waiter is announced
 // by each node as it gets there: the wait ends once a majority announced
 // it, so that the attempt that follows finds the key reserved on a
 // majority, or grace after the first announcement (another node's may be

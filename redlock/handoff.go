@@ -32,7 +32,7 @@ type offer struct {
 	gift      chan *Lock // buffered (1), sent to under qmu: the handed-over lock, or nil: released, try now
 	cfg       config     // the waiting Lock call's settings (a copy: the call's own stays on its stack)
 	claimed   bool       // an Unlock is handing over to it
-	releasing int        // Unlocks releasing instead, which poke it once their release has returned (see claim)
+	releasing int        // Unlocks of write locks releasing instead, which poke it once their release has returned (see claim; a read hold's pokes uncounted)
 	withdrawn bool       // its Lock call has returned: a handoff under way releases what it would bring
 }
 
@@ -102,8 +102,8 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 // returns the head that waits for a handoff it will not get (to poke
 // once the lock is released, see Lock.unlock), or nil. Unless l is a read
 // hold, the head counts as awaiting that poke until then (offer.releasing):
-// a retry delay of the head that ends meanwhile, or the first node's
-// release announcement, would otherwise send it to the nodes while the
+// the first node's release announcement, or for a Lock call a retry delay
+// that ends meanwhile, would otherwise send it to the nodes while the
 // others still hold the key, and its attempt would fail there and sleep
 // out another retry delay. Another Unlock may still hand it a lock
 // meanwhile (a semaphore's other slot).

@@ -437,9 +437,10 @@ func (o *offer) received() (*Lock, bool) {
 // slots released meanwhile (nil: d passed, or a local release that
 // handed nothing over: try them all), or the handed-over lock, or ctx's
 // error, or ErrClosed. A release heard while a handoff to o is under way
-// does not end the wait: such slots come back as dropped, for the caller
-// to try, or to leave to the next waiter (watches.rebuffer). A poke of o
-// (the handoff did not come) ends it with those slots as the hint, or,
+// (or a release by an Unlock of this client that pokes o once it has
+// returned, see Client.awaited) does not end the wait: such slots come
+// back as dropped, for the caller to try, or to leave to the next waiter
+// (watches.rebuffer). A poke of o (no handoff came) ends it with those slots as the hint, or,
 // with pokes, with none (every slot is tried); without pokes and
 // without such slots, the wait goes on. A slot reserved for this client
 // ends the wait at the first node's announcement: waiting for a majority
