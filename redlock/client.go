@@ -384,10 +384,11 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// this call once the release has returned: wait for the
 			// handoff or the poke rather than try the nodes, its
 			// retry delay apart (a delay that ends while awaited
-			// sends nothing), until it is handed over or released. (A retry delay that ended
-			// while the transfer was on its way sent an attempt that
-			// the nodes could only refuse: about one handoff in seven
-			// with eight goroutines and 1 ms holds.)
+			// sends nothing), until it is handed over or released.
+			// (A retry delay that ended while the transfer was on its
+			// way sent an attempt that the nodes could only refuse:
+			// about one handoff in seven with eight goroutines and
+			// 1 ms holds.)
 			if o == nil {
 				o = c.offer(key, cfg)
 			}
@@ -641,15 +642,15 @@ const queuePoll = node.WaiterLease / 3
 // lock handed over (nil: the lock was released without a handoff, try
 // now). A release heard while a handoff to o is under way, or a release
 // by an Unlock of this client that pokes o once it has returned (see
-// Client.awaited), does not end the wait. A release that reserves the key for this waiter is announced
-// by each node as it gets there: the wait ends once a majority announced
-// it, so that the attempt that follows finds the key reserved on a
-// majority, or grace after the first announcement (another node's may be
-// lost, or that node reserved the key for another waiter); grace 0 ends
-// it at the first, except for a grant, which waits up to a node timeout
-// for the others of a majority (then the call holds the lock without an
-// attempt, see Client.granted). It returns ctx's error if ctx ends first, ErrClosed if
-// the client is closed first.
+// Client.awaited), does not end the wait. A release that reserves the key
+// for this waiter is announced by each node as it gets there: the wait
+// ends once a majority announced it, so that the attempt that follows
+// finds the key reserved on a majority, or grace after the first
+// announcement (another node's may be lost, or that node reserved the key
+// for another waiter); grace 0 ends it at the first, except for a grant,
+// which waits up to a node timeout for the others of a majority (then the
+// call holds the lock without an attempt, see Client.granted). It returns
+// ctx's error if ctx ends first, ErrClosed if the client is closed first.
 func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offer, grace time.Duration) (*Lock, error) {
 	var gift chan *Lock
 	if o != nil {

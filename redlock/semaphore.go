@@ -434,19 +434,19 @@ func (o *offer) received() (*Lock, bool) {
 // Client.watchKeys with perKey; w may be nil: no notifications), for a
 // slot handed to o by an Unlock of this client (o may be nil), for d on
 // the client's clock, for ctx or for the client's Close. It returns the
-// slots released meanwhile (nil: d passed, or a local release that
-// handed nothing over: try them all), or the handed-over lock, or ctx's
-// error, or ErrClosed. A release heard while a handoff to o is under way
-// (or a release by an Unlock of this client that pokes o once it has
-// returned, see Client.awaited) does not end the wait: such slots come
-// back as dropped, for the caller to try, or to leave to the next waiter
-// (watches.rebuffer). A poke of o (no handoff came) ends it with those slots as the hint, or,
-// with pokes, with none (every slot is tried); without pokes and
-// without such slots, the wait goes on. A slot reserved for this client
-// ends the wait at the first node's announcement: waiting for a majority
-// of them (as Client.sleep does for a Lock) measured slower here, as a
-// line that serves several slots is often split across nodes for a
-// moment, and the rollback of a minority hands the slot on.
+// slots released meanwhile (nil: d passed, or a local release that handed
+// nothing over: try them all), or the handed-over lock, or ctx's error,
+// or ErrClosed. A release heard while a handoff to o is under way (or a
+// release by an Unlock of this client that pokes o once it has returned,
+// see Client.awaited) does not end the wait: such slots come back as
+// dropped, for the caller to try, or to leave to the next waiter
+// (watches.rebuffer). A poke of o (no handoff came) ends it with those
+// slots as the hint, or, with pokes, with none (every slot is tried);
+// without pokes and without such slots, the wait goes on. A slot reserved
+// for this client ends the wait at the first node's announcement: waiting
+// for a majority of them (as Client.sleep does for a Lock) measured
+// slower here, as a line that serves several slots is often split across
+// nodes for a moment, and the rollback of a minority hands the slot on.
 func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o *offer, pokes bool) (hint, dropped []int, g *Lock, err error) {
 	t := c.clk.NewTimer(d)
 	defer t.Stop()
