@@ -953,16 +953,18 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // SET returns (a lost or late reply may hide a SET that took effect). It
 // returns once the nodes that answered Done have released, so that a
 // competitor is not kept waiting; the others finish in the background.
+// Where some node answered Done, a silent node's release goes at once,
+// ahead of its reply (see round.ahead); where none did, after it.
 // requeue (0: none) is the ticket a waiting attempt's rollback queues the
 // client with again where it frees the key (node.Key.Requeue).
 func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
-	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl})
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {
 			granted = append(granted, i)
 		}
 	}
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: granted == nil})
 	l.ch.wait(granted)
 }
 

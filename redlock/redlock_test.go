@@ -244,6 +244,101 @@ func TestUnlockGoesAheadOfAStragglersReply(t *testing.T) {
 	}
 }
 
+// TestRollbackWaitsForStragglersWhereAllRefused: an attempt refused by
+// a majority, every answer a refusal, while two nodes' replies are on
+// their way. Their rollback waits for those replies (where the key is
+// held, as here, the stragglers refuse too) instead of sending a
+// release ahead that only finds another's key: no release at all where
+// they refused, and a release after the reply where one set the key.
+func TestRollbackWaitsForStragglersWhereAllRefused(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	hold := make(chan struct{})
+	nodes := asNodes(fakes)
+	for _, i := range []int{3, 4} {
+		nodes[i] = &replyLate{fakeNode: fakes[i], hold: hold}
+	}
+	for _, i := range []int{0, 1, 2, 3} {
+		fakes[i].put("k", "other", time.Minute)
+	}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second))
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.Eventually(t, func() bool { return fakes[3].count("acquire")+fakes[4].count("acquire") == 2 }, 5*time.Second, time.Millisecond,
+		"the stragglers' acquires run (their replies are held)")
+	require.Never(t, func() bool { return fakes[3].count("release")+fakes[4].count("release") > 0 }, 50*time.Millisecond, time.Millisecond,
+		"no release goes ahead of the stragglers' replies")
+	require.NotEmpty(t, fakes[4].token("k"), "node 4's SET ran")
+
+	close(hold)
+	require.Eventually(t, func() bool { return fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
+		"node 4's key, set by the straggler, is rolled back once its reply came")
+	require.NoError(t, c.Close())
+	for i, f := range fakes {
+		want := 0
+		if i == 4 {
+			want = 1
+		}
+		assert.Equal(t, want, f.count("release"), "node %d: releases", i)
+	}
+	assert.Equal(t, "other", fakes[3].token("k"), "node 3 keeps the holder's key")
+}
+
+// TestRollbackGoesAheadWhereANodeGranted: an attempt refused by a
+// majority, but granted by one node, while another's reply is on its way
+// though its SET has run: the attempt split the nodes, so the straggler's
+// release goes at once and frees its key before the reply arrives.
+func TestRollbackGoesAheadWhereANodeGranted(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	hold, refuse := make(chan struct{}), make(chan struct{})
+	nodes := asNodes(fakes)
+	nodes[4] = &replyLate{fakeNode: fakes[4], hold: hold}
+	for _, i := range []int{1, 2, 3} {
+		fakes[i].put("k", "other", time.Minute)
+		// The refusals wait for node 0's grant to be in and node 4's SET
+		// to have run: the round is decided with the grant counted, and
+		// a release sent then finds node 4's key.
+		nodes[i] = &replyLate{fakeNode: fakes[i], hold: refuse}
+	}
+	granted := make(chan struct{})
+	hooks := redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 0 && i.Op == "acquire" {
+			close(granted)
+		}
+	}}
+	go func() {
+		<-granted
+		for fakes[4].count("acquire") == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		// Node 0's reply goes to the round right after its hook: give
+		// its goroutine that moment.
+		time.Sleep(10 * time.Millisecond)
+		close(refuse)
+	}()
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second), redlock.WithHooks(hooks))
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Empty(t, fakes[0].token("k"), "node 0's grant is rolled back before TryLock returns")
+	require.Eventually(t, func() bool { return fakes[4].count("release") == 1 && fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
+		"node 4's key is released ahead of its acquire's reply")
+
+	close(hold)
+	require.NoError(t, c.Close())
+	for i, f := range fakes {
+		want := 0
+		if i == 0 || i == 4 {
+			want = 1
+		}
+		assert.Equal(t, want, f.count("release"), "node %d: releases", i)
+	}
+}
+
 // lateSet is a fake node whose SETs time out at the caller and take
 // effect only once apply is closed: a command the node held for longer
 // than its caller waited (a paused or starved server).
