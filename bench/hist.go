@@ -109,3 +109,11 @@ func minMax[T cmp.Ordered](xs []T) (lo, hi T) {
 	}
 	return lo, hi
 }
+
+// mean returns the mean of the added durations (0 for none).
+func (h *hist) mean() time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	return h.sum / time.Duration(h.n)
+}

@@ -177,6 +177,7 @@ type result struct {
 	calmRounds int  // how many rounds were calm
 	gap        hist // contended: release start to the next holder's grant
 	gapOther   hist // the same, only when the next holder is another goroutine
+	held       hist // contended: grant to release start (the hold, with time.Sleep's overshoot)
 	rounds     []roundRes
 	ratios     []float64 // per round: (time per cycle) / (raw floor's, same round)
 	cpuRatios  []float64 // per round: (CPU per cycle) / (raw floor's, same round)

@@ -43,6 +43,7 @@ type contShared struct {
 	lastHolder int
 	gap        *hist // to the next holder, whoever it is
 	gapOther   *hist // to the next holder when it is another goroutine
+	held       *hist // from a grant to the start of its release
 	inCS       atomic.Int32
 	violations atomic.Int32
 }
@@ -53,7 +54,7 @@ func contendedRound(b *bench, sc scenario, ws []*wstate, end time.Time, r *resul
 	record := r != nil
 	sh := &contShared{round: tag, lastHolder: -1}
 	if record {
-		sh.gap, sh.gapOther = &r.gap, &r.gapOther
+		sh.gap, sh.gapOther, sh.held = &r.gap, &r.gapOther, &r.held
 	}
 	for i, st := range ws {
 		wg.Add(1)
@@ -101,6 +102,9 @@ func (b *bench) contendedLoop(sc scenario, id int, st *wstate, sh *contShared, e
 		sh.inCS.Add(-1)
 		sh.mu.Lock()
 		sh.last = time.Now()
+		if record {
+			sh.held.add(sh.last.Sub(t1))
+		}
 		sh.mu.Unlock()
 		err := st.w.Unlock(bg)
 		t2 := time.Now()
@@ -125,15 +129,15 @@ func contendedTable(b *strings.Builder, p params, s *scenarioRes) {
 	if s.sc.clients > 1 {
 		other = "client"
 	}
-	w("| contender | sections | sections/s | handoff gap p50 / p99 | to another %s: p50 / p99 (n) | lock wait p50 / p99 | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] | CPU stolen, median [max] of rounds | lock wait p99 in calm rounds |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", other)
+	w("| contender | sections | sections/s | handoff gap p50 / p99 | to another %s: p50 / p99 (n) | lock wait p50 / p99 | held, mean | fairness min / max per goroutine | lock / unlock errors | cut at round end | exclusion violations | allocs/section* | ratio median [min–max] | CPU stolen, median [max] of rounds | lock wait p99 in calm rounds |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", other)
 	for _, r := range s.res {
 		n, el := totals(r)
 		lo, hi := minMax(r.perWorker)
 		a, _ := allocsPer(r)
-		w("| %s %s | %d | %.0f | %s / %s | %s / %s (%d) | %s / %s | %d / %d | %d / %d | %d | %d | %.1f | %s | %s | %s |\n", r.c.id, r.c.name, n, rate(n, el),
+		w("| %s %s | %d | %.0f | %s / %s | %s / %s (%d) | %s / %s | %s | %d / %d | %d / %d | %d | %d | %.1f | %s | %s | %s |\n", r.c.id, r.c.name, n, rate(n, el),
 			fmtDur(r.gap.q(0.5)), fmtDur(r.gap.q(0.99)), fmtDur(r.gapOther.q(0.5)), fmtDur(r.gapOther.q(0.99)), r.gapOther.n,
-			fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)),
+			fmtDur(r.acq.q(0.5)), fmtDur(r.acq.q(0.99)), fmtDur(r.held.mean()),
 			lo, hi, r.lockErrs, r.unlockErrs, r.cut, r.violations, a, ratioCell(r.ratios), stealCell(r), calmP99(r))
 	}
-	w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Fairness: sections per goroutine over all rounds. Each round uses a fresh key. CPU stolen: the share of the machine's CPU time (/proc/stat) that the hypervisor gave to other guests during the round; a waiter in a FIFO line waits for every section ahead of it, so a stall of a few milliseconds lengthens up to seven waits at once. Calm rounds: those with less than %.0f%% stolen; their p99 is shown beside, the verdicts use every round.\n\n", 100*calmSteal)
+	w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Held: from Lock returning to Unlock being called, the mean; the hold is a time.Sleep, which overshoots by up to a millisecond more when other goroutines of the process (here all the contender's clients, as hosts) are active during it (docs/PERFORMANCE.md, \"Where a cross-client section goes\"), so it differs between contenders. Fairness: sections per goroutine over all rounds. Each round uses a fresh key. CPU stolen: the share of the machine's CPU time (/proc/stat) that the hypervisor gave to other guests during the round; a waiter in a FIFO line waits for every section ahead of it, so a stall of a few milliseconds lengthens up to seven waits at once. Calm rounds: those with less than %.0f%% stolen; their p99 is shown beside, the verdicts use every round.\n\n", 100*calmSteal)
 }
