@@ -53,6 +53,7 @@ type params struct {
 	dieTTL       time.Duration // the dying holder's TTL in the holder-dies scenario
 	dieCycles    int           // holder-dies cycles per contender per round
 	hold         time.Duration
+	preciseHold  bool // hold in a nanosleep system call instead of time.Sleep (-precise-hold)
 	latency      time.Duration
 	faultNode    int
 	faultWorkers int
@@ -82,6 +83,7 @@ func main() {
 		sockT   = flag.Duration("socket-timeout", time.Second, "redigo dial/read/write timeout for every pool (node.Options.Timeout default)")
 		pooled  = flag.Bool("pooled", false, "A's node.Options.Pooled: a pooled connection per call instead of one shared connection per node; for diagnosis")
 		chkIdle = flag.Duration("check-idle", 0, "A's node.Options.CheckIdle, which applies to pooled connections only (-pooled; 0: the library's default, 100ms; negative: off); for diagnosis")
+		precise = flag.Bool("precise-hold", false, "the contended scenarios hold the lock in a nanosleep system call instead of time.Sleep, whose overshoot depends on what else the process does (docs/PERFORMANCE.md); for diagnosis")
 		grCtx   = flag.Bool("goredis-ctx-timeout", false, "E's go-redis clients with ContextTimeoutEnabled (go-redis bounds reads and writes and drops late connections; default: the nodes bound calls from goroutines); for diagnosis")
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
@@ -106,7 +108,7 @@ func main() {
 		tail: time.Second, tailBH: 6 * time.Second, settleDur: 300 * time.Millisecond,
 		allocCycles: 1000,
 		parallel:    32, contenders: 8, clients: 4, dieTTL: 250 * time.Millisecond, dieCycles: 4,
-		hold: time.Millisecond, latency: 30 * time.Millisecond,
+		hold: time.Millisecond, preciseHold: *precise, latency: 30 * time.Millisecond,
 		faultNode: *fault, faultWorkers: *faultW, profDir: *profDir, before: *before,
 		setup: setup{ttl: 10 * time.Second, pool: *pool, sockTimeout: *sockT, rawTimeout: 50 * time.Millisecond, checkIdle: *chkIdle, pooled: *pooled, goredisCtxTimeout: *grCtx},
 	}

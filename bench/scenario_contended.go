@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -98,7 +99,7 @@ func (b *bench) contendedLoop(sc scenario, id int, st *wstate, sh *contShared, e
 		if sh.inCS.Add(1) != 1 {
 			sh.violations.Add(1)
 		}
-		time.Sleep(cmp.Or(sc.hold, b.p.hold))
+		b.holdFor(cmp.Or(sc.hold, b.p.hold))
 		sh.inCS.Add(-1)
 		sh.mu.Lock()
 		sh.last = time.Now()
@@ -140,4 +141,20 @@ func contendedTable(b *strings.Builder, p params, s *scenarioRes) {
 			lo, hi, r.lockErrs, r.unlockErrs, r.cut, r.violations, a, ratioCell(r.ratios), stealCell(r), calmP99(r))
 	}
 	w("\nHandoff gap: from the holder starting to release (end of its critical section, before Unlock) to the next holder's Lock returning; the goroutine that just released may take the lock straight back (it calls Lock again at once while the others sleep in their retry delay), so the gap to *another* goroutine (across clients: to a goroutine of another client) is shown apart. Lock wait: Lock call to grant, retries included. Held: from Lock returning to Unlock being called, the mean; the hold is a time.Sleep, which overshoots by up to a millisecond more when other goroutines of the process (here all the contender's clients, as hosts) are active during it (docs/PERFORMANCE.md, \"Where a cross-client section goes\"), so it differs between contenders. Fairness: sections per goroutine over all rounds. Each round uses a fresh key. CPU stolen: the share of the machine's CPU time (/proc/stat) that the hypervisor gave to other guests during the round; a waiter in a FIFO line waits for every section ahead of it, so a stall of a few milliseconds lengthens up to seven waits at once. Calm rounds: those with less than %.0f%% stolen; their p99 is shown beside, the verdicts use every round.\n\n", 100*calmSteal)
+}
+
+// holdFor is a holder's critical section: time.Sleep(d), or with
+// -precise-hold a nanosleep system call, which the kernel ends within its
+// timer slack (50µs). time.Sleep's timer fires from the Go netpoller,
+// which sleeps in whole milliseconds (epoll_pwait): a sleep that began, or
+// whose process was last woken, at a fraction of a millisecond into it
+// ends up to a millisecond late.
+func (b *bench) holdFor(d time.Duration) {
+	if !b.p.preciseHold {
+		time.Sleep(d)
+		return
+	}
+	ts := syscall.NsecToTimespec(int64(d))
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	}
 }
