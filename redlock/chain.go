@@ -84,7 +84,7 @@ type command struct {
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
 	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
-	lazy     bool          // release: a rollback of an attempt that no node had granted when it was decided: it does not go ahead of a reply still on its way (see ahead)
+	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
 }
 
 // round is one command sent through a chain: the quorum round that counts
@@ -280,12 +280,14 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 // and release_shared.lua answer Done only where they found the token,
 // which only the acquire can have set. (After a reseed still on its way
 // a Done says nothing: the reseed may set the key again.) Not for a lazy
-// rollback: where every node that answered refused, as when a waiter
-// tries a key its holder has on every node, the stragglers refuse too,
-// almost always, and a release sent ahead would be a wasted command and
-// a wasted run of the script on the slowest nodes; the release goes
-// once a straggler's acquire proved it set the key (late), a round trip
-// later than ahead.
+// rollback (Client.rollback): where a majority refused and no node
+// answered Done, as when a waiter tries a key its holder has on every
+// node, the stragglers refuse too, almost always, and a release sent
+// ahead would be a wasted command and a wasted run of the script on the
+// slowest nodes. The release then goes as late sends it: once the
+// straggler's acquire has returned, unless it refused (passes); after a
+// SET that took effect, a round trip later than ahead, after one that
+// failed or timed out, up to a node timeout later.
 func (r *round) ahead() bool {
 	return r.cmd.op == "release" && r.prevOp == "acquire" && r.cmd.freed == nil && !r.cmd.lazy
 }

@@ -953,10 +953,17 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // SET returns (a lost or late reply may hide a SET that took effect). It
 // returns once the nodes that answered Done have released, so that a
 // competitor is not kept waiting; the others finish in the background.
-// Where some node answered Done, a silent node's release goes at once,
-// ahead of its reply (see round.ahead); where none did, after it.
+// After a failed acquire round, a silent node's release goes at once,
+// ahead of its reply (see round.ahead), unless the round was refused
+// with no node answering Done: then it goes once the reply is in, and
+// only where the reply is not a refusal (command.lazy).
 // requeue (0: none) is the ticket a waiting attempt's rollback queues the
-// client with again where it frees the key (node.Key.Requeue).
+// client with again where it frees the key (node.Key.Requeue). A lazy
+// release that frees a straggler's key after the call has given up and
+// left the queue (Client.leaveWaiters) queues it there again, for a
+// lease at most, as a waiting acquire still on its way then does.
+// (Where the call's context ended before a majority answered, the round
+// is not refused, and the release goes ahead, before the leave.)
 func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
 	var granted []int
 	for i, rep := range r.Replies {
@@ -964,7 +971,8 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64)
 			granted = append(granted, i)
 		}
 	}
-	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: granted == nil})
+	lazy := granted == nil && quorum.Tally(r.Replies).Refused(c.quorum)
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
 	l.ch.wait(granted)
 }
 

@@ -270,7 +270,8 @@ func TestRollbackWaitsForStragglersWhereAllRefused(t *testing.T) {
 		"the stragglers' acquires run (their replies are held)")
 	require.Never(t, func() bool { return fakes[3].count("release")+fakes[4].count("release") > 0 }, 50*time.Millisecond, time.Millisecond,
 		"no release goes ahead of the stragglers' replies")
-	require.NotEmpty(t, fakes[4].token("k"), "node 4's SET ran")
+	require.Eventually(t, func() bool { return fakes[4].token("k") != "" }, 5*time.Second, time.Millisecond,
+		"node 4's SET ran")
 
 	close(hold)
 	require.Eventually(t, func() bool { return fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
@@ -284,6 +285,40 @@ func TestRollbackWaitsForStragglersWhereAllRefused(t *testing.T) {
 		assert.Equal(t, want, f.count("release"), "node %d: releases", i)
 	}
 	assert.Equal(t, "other", fakes[3].token("k"), "node 3 keeps the holder's key")
+}
+
+// TestRollbackGoesAheadWhenTheCallEndsFirst: the call's context ends
+// while every reply is still on its way, two of the SETs having run: with
+// no majority of answers the round is not refused, so the rollback goes
+// ahead of the replies (a Lock call that ends leaves the queue at once,
+// and a release that came after it could queue it again).
+func TestRollbackGoesAheadWhenTheCallEndsFirst(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	hold := make(chan struct{})
+	nodes := asNodes(fakes)
+	for i := range nodes {
+		nodes[i] = &replyLate{fakeNode: fakes[i], hold: hold}
+	}
+	for _, i := range []int{0, 1, 2} {
+		fakes[i].put("k", "other", time.Minute)
+	}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := c.TryLock(ctx, "k"); errc <- err }()
+	require.Eventually(t, func() bool { return fakes[3].token("k") != "" && fakes[4].token("k") != "" }, 5*time.Second, time.Millisecond,
+		"the free nodes' SETs run (every reply is held)")
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	require.Eventually(t, func() bool { return fakes[3].token("k") == "" && fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
+		"released ahead of the replies")
+	close(hold)
+	require.NoError(t, c.Close())
+	for i, f := range fakes[:3] {
+		assert.Equal(t, "other", f.token("k"), "node %d keeps the holder's key", i)
+	}
 }
 
 // TestRollbackGoesAheadWhereANodeGranted: an attempt refused by a
@@ -312,7 +347,7 @@ func TestRollbackGoesAheadWhereANodeGranted(t *testing.T) {
 	}}
 	go func() {
 		<-granted
-		for fakes[4].count("acquire") == 0 {
+		for fakes[4].token("k") == "" {
 			time.Sleep(time.Millisecond)
 		}
 		// Node 0's reply goes to the round right after its hook: give
