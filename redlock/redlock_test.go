@@ -210,6 +210,20 @@ func (n *replyLate) Acquire(ctx context.Context, k *node.Key, ttl time.Duration,
 	}
 }
 
+// stragglers returns a client over five fake nodes, with a minute's TTL
+// and a long node timeout, where node i's replies wait for late[i] to be
+// closed (replyLate: its commands take effect at once).
+func stragglers(t *testing.T, clk *clock.Fake, fakes []*fakeNode, late map[int]<-chan struct{}, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	nodes := asNodes(fakes)
+	for i, hold := range late {
+		nodes[i] = &replyLate{fakeNode: fakes[i], hold: hold}
+	}
+	c, err := redlock.New(nodes, append([]redlock.Option{redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10 * time.Second)}, opts...)...)
+	require.NoError(t, err)
+	return c
+}
+
 // TestUnlockGoesAheadOfAStragglersReply: Unlock right after an acquire
 // that returned at the majority, while two nodes' replies are still on
 // their way though their SETs have run. Their release goes at once and
@@ -220,12 +234,7 @@ func TestUnlockGoesAheadOfAStragglersReply(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
 	hold := make(chan struct{})
-	nodes := asNodes(fakes)
-	for _, i := range []int{3, 4} {
-		nodes[i] = &replyLate{fakeNode: fakes[i], hold: hold}
-	}
-	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second))
-	require.NoError(t, err)
+	c := stragglers(t, clk, fakes, map[int]<-chan struct{}{3: hold, 4: hold})
 	l, err := c.TryLock(ctx, "k")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 5 }, 5*time.Second, time.Millisecond,
@@ -255,16 +264,11 @@ func TestRollbackWaitsForStragglersWhereAllRefused(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
 	hold := make(chan struct{})
-	nodes := asNodes(fakes)
-	for _, i := range []int{3, 4} {
-		nodes[i] = &replyLate{fakeNode: fakes[i], hold: hold}
-	}
 	for _, i := range []int{0, 1, 2, 3} {
 		fakes[i].put("k", "other", time.Minute)
 	}
-	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second))
-	require.NoError(t, err)
-	_, err = c.TryLock(ctx, "k")
+	c := stragglers(t, clk, fakes, map[int]<-chan struct{}{3: hold, 4: hold})
+	_, err := c.TryLock(ctx, "k")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.Eventually(t, func() bool { return fakes[3].count("acquire")+fakes[4].count("acquire") == 2 }, 5*time.Second, time.Millisecond,
 		"the stragglers' acquires run (their replies are held)")
@@ -296,15 +300,10 @@ func TestRollbackGoesAheadWhenTheCallEndsFirst(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
 	hold := make(chan struct{})
-	nodes := asNodes(fakes)
-	for i := range nodes {
-		nodes[i] = &replyLate{fakeNode: fakes[i], hold: hold}
-	}
 	for _, i := range []int{0, 1, 2} {
 		fakes[i].put("k", "other", time.Minute)
 	}
-	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second))
-	require.NoError(t, err)
+	c := stragglers(t, clk, fakes, map[int]<-chan struct{}{0: hold, 1: hold, 2: hold, 3: hold, 4: hold})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := c.TryLock(ctx, "k"); errc <- err }()
@@ -330,14 +329,8 @@ func TestRollbackGoesAheadWhereANodeGranted(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
 	hold, refuse := make(chan struct{}), make(chan struct{})
-	nodes := asNodes(fakes)
-	nodes[4] = &replyLate{fakeNode: fakes[4], hold: hold}
 	for _, i := range []int{1, 2, 3} {
 		fakes[i].put("k", "other", time.Minute)
-		// The refusals wait for node 0's grant to be in and node 4's SET
-		// to have run: the round is decided with the grant counted, and
-		// a release sent then finds node 4's key.
-		nodes[i] = &replyLate{fakeNode: fakes[i], hold: refuse}
 	}
 	granted := make(chan struct{})
 	hooks := redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
@@ -355,9 +348,11 @@ func TestRollbackGoesAheadWhereANodeGranted(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		close(refuse)
 	}()
-	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(10*time.Second), redlock.WithHooks(hooks))
-	require.NoError(t, err)
-	_, err = c.TryLock(ctx, "k")
+	// The refusals (nodes 1-3) wait for node 0's grant to be in and node
+	// 4's SET to have run: the round is decided with the grant counted,
+	// and a release sent then finds node 4's key.
+	c := stragglers(t, clk, fakes, map[int]<-chan struct{}{1: refuse, 2: refuse, 3: refuse, 4: hold}, redlock.WithHooks(hooks))
+	_, err := c.TryLock(ctx, "k")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	assert.Empty(t, fakes[0].token("k"), "node 0's grant is rolled back before TryLock returns")
 	require.Eventually(t, func() bool { return fakes[4].count("release") == 1 && fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
