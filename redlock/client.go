@@ -494,7 +494,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			if g, err = c.sleep(ctx, d, w, o, c.spread()); g != nil {
 				return g, attempt, nil
 			}
-			if err == nil && !lost && !qe.took && w.grantedBy(c.quorum) {
+			if err == nil && !lost && w.grantedBy(c.quorum) {
 				if g = c.granted(key, cfg, grant, ticket, qe.started); g != nil {
 					return g, attempt, nil
 				}
@@ -547,14 +547,18 @@ func (c *Client) grantFor(cfg *config) string {
 
 // granted returns the lock that a majority of nodes granted this call
 // (node.Key.Grant, announced by name) since its last waiting attempt,
-// which began at from. The attempt's replies are all in and none set the
-// key; each grant came after that node had answered (a grant set before
-// would have been taken by the attempt, which would have said so), so no
-// command of this call is left to change it, and the key lives there at
-// least node.GrantTTL from from, which is where the validity counts from
-// (then restore extends it, if it is still held). It returns nil when more than
-// grantMaxAge has passed since from: an attempt then takes the granted
-// keys with a validity counted from now.
+// which began at from. The attempt's replies are all in. Each grant came
+// after that node had answered: a grant set before would have been taken
+// by the attempt (its token in the key), and was announced naming the
+// attempt before it. Where the attempt set the key (it was free there,
+// and the client headed the queue), the grant came after the rollback's
+// release, which queued the client again naming this attempt (see
+// rollback): a retry of that release finds the grant, not its token. So
+// no command of this call is left to change a grant, and the key lives
+// there at least node.GrantTTL from from, which is where the validity
+// counts from (then restore extends it, if it is still held). It returns
+// nil when more than grantMaxAge has passed since from: an attempt then
+// takes the granted keys with a validity counted from now.
 func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
 	age, short := c.clk.Since(from), node.GrantTTL(cfg.ttl)
 	if age > grantMaxAge(cfg.ttl) || clock.Validity(short, age, cfg.driftFactor) <= 0 {
@@ -912,7 +916,6 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
 		qe.started = r.Started()
 		for _, rep := range r.Replies {
-			qe.took = qe.took || rep.Err == nil && rep.Result.Status == node.Done
 			qe.lost = qe.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
 		}
 	}

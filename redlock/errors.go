@@ -120,7 +120,6 @@ type QuorumError struct {
 	queued   bool      // acquire: a majority queued the caller
 	split    bool      // acquire: nodes queued the caller with different tickets
 	started  time.Time // acquire: when the attempt's round began
-	took     bool      // acquire: a node set the key (the attempt was rolled back)
 	lost     bool      // acquire: a node's reply is unknown (failed, or still out)
 }
 
