@@ -273,7 +273,12 @@ func TestKeyStaysHotWhileGrantsEndTheWaits(t *testing.T) {
 // (before, the node kept an empty queue, and every waiting attempt took
 // its key and rolled it back again), and the holder's Unlock, finding
 // the key absent there, hands it to the head as the other nodes do: the
-// waiter's lock holds all five nodes again.
+// waiter's lock, held by those grants, holds all five nodes again. (A
+// call that lost a node's reply on the way counts no grant, and ends its
+// wait with an attempt instead, see Client.granted: that attempt takes
+// the grants that reached a node before it, node 4's too, and a grant
+// that reaches a node after it was refused there is handed on by the
+// call's Leave; its lock holds a majority then.)
 func TestNodeOutsideTheMajorityRejoins(t *testing.T) {
 	p := prefix(t, 3*time.Second)
 	key := p + "k"
@@ -292,7 +297,15 @@ func TestNodeOutsideTheMajorityRejoins(t *testing.T) {
 	require.NoError(t, hl.Unlock(ctx))
 	wl := <-got
 	require.NotNil(t, wl)
-	require.Eventually(t, func() bool { return holdersOf(t, wl) == shared.Size() }, 5*time.Second, 5*time.Millisecond,
-		"the waiter holds every node, node 4 too")
+	if strings.HasPrefix(wl.Token(), "~") {
+		require.Eventually(t, func() bool { return holdersOf(t, wl) == shared.Size() }, 5*time.Second, 5*time.Millisecond,
+			"the waiter holds every node by the grants, node 4 too")
+	} else {
+		t.Logf("the wait ended with an attempt (a reply was lost on the way): token %s", wl.Token())
+		info, err := shared.Direct(4).Inspect(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, wl.Token(), info.Token, "node 4 holds the waiter's key")
+		assert.GreaterOrEqual(t, holdersOf(t, wl), shared.Size()/2+1, "the waiter holds a majority")
+	}
 	require.NoError(t, wl.Unlock(ctx))
 }
