@@ -494,7 +494,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			if g, err = c.sleep(ctx, d, w, o, c.spread()); g != nil {
 				return g, attempt, nil
 			}
-			if err == nil && !lost && w.grantedBy(c.quorum) {
+			if err == nil && !lost && qe.undone() && w.grantedBy(c.quorum) {
 				if g = c.granted(key, cfg, grant, ticket, qe.started); g != nil {
 					return g, attempt, nil
 				}
@@ -547,18 +547,20 @@ func (c *Client) grantFor(cfg *config) string {
 
 // granted returns the lock that a majority of nodes granted this call
 // (node.Key.Grant, announced by name) since its last waiting attempt,
-// which began at from. The attempt's replies are all in. Each grant came
-// after that node had answered: a grant set before would have been taken
-// by the attempt (its token in the key), and was announced naming the
-// attempt before it. Where the attempt set the key (it was free there,
-// and the client headed the queue), the grant came after the rollback's
-// release, which queued the client again naming this attempt (see
-// rollback): a retry of that release finds the grant, not its token. So
-// no command of this call is left to change a grant, and the key lives
-// there at least node.GrantTTL from from, which is where the validity
-// counts from (then restore extends it, if it is still held). It returns
-// nil when more than grantMaxAge has passed since from: an attempt then
-// takes the granted keys with a validity counted from now.
+// which began at from. The attempt's replies are all in, and its
+// rollback has freed every key it set (QuorumError.undone). Each grant
+// came after that node had answered: a grant set before would have been
+// taken by the attempt (its token in the key), and was announced naming
+// the attempt before it. Where the attempt set the key (it was free
+// there, reserved for the client, or held an earlier grant), a grant
+// came after the rollback's release, which queued the client again
+// naming this attempt (see rollback). So no command of this call is left
+// to change a grant (a release of an attempt token never frees a grant),
+// and the key lives there at least node.GrantTTL from from, which is
+// where the validity counts from (then restore extends it, if it is
+// still held). It returns nil when more than grantMaxAge has passed
+// since from: an attempt then takes the granted keys with a validity
+// counted from now.
 func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
 	age, short := c.clk.Since(from), node.GrantTTL(cfg.ttl)
 	if age > grantMaxAge(cfg.ttl) || clock.Validity(short, age, cfg.driftFactor) <= 0 {
@@ -886,7 +888,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		given, _, _ := tickets(r.Replies, c.quorum)
 		requeue = max(ticket, given)
 	}
-	c.rollback(ctx, l, r, requeue)
+	rb := c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	// Replies that came in during the rollback tell more about when the
@@ -915,9 +917,13 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	if wait {
 		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
 		qe.started = r.Started()
-		for _, rep := range r.Replies {
+		for i, rep := range r.Replies {
 			qe.lost = qe.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
+			if rep.Err == nil && rep.Result.Status == node.Done {
+				qe.undo = append(qe.undo, &rb.next[i])
+			}
 		}
+		qe.ch = &l.ch
 	}
 	return nil, qe
 }
@@ -954,8 +960,9 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // rollback releases a failed attempt's token through its chain: on every
 // node but those that answered Taken, and on nodes still silent once their
 // SET returns (a lost or late reply may hide a SET that took effect). It
-// returns once the nodes that answered Done have released, so that a
-// competitor is not kept waiting; the others finish in the background.
+// returns the release's round once the nodes that answered Done have
+// released, so that a competitor is not kept waiting; the others finish
+// in the background (QuorumError.undone reads how they ended).
 // After a failed acquire round, a silent node's release goes at once,
 // ahead of its reply (see round.ahead), unless the round was refused
 // with no node answering Done: then it goes once the reply is in, and
@@ -967,7 +974,7 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // lease at most, as a waiting acquire still on its way then does.
 // (Where the call's context ended before a majority answered, the round
 // is not refused, and the release goes ahead, before the leave.)
-func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
+func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) *round {
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {
@@ -975,8 +982,9 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64)
 		}
 	}
 	lazy := granted == nil && quorum.Tally(r.Replies).Refused(c.quorum)
-	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
+	rb := l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
 	l.ch.wait(granted)
+	return rb
 }
 
 // tickets reads a waiting attempt's replies: the largest ticket a node

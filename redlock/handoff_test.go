@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -938,15 +939,13 @@ func TestGrantAfterALostReplyTakesAnAttempt(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
-// TestGrantHoldsAfterAnAttemptThatTookAFreeKey: node 2 has lost the
-// holder's key, so the waiter's waiting attempts take it there and roll
-// it back. The grants of the holder's Unlock on the majority still end
-// the wait without another acquire: the rollback came before them, and
-// no command of the call is left to change them. (Before, such a call
-// made one more attempt, and a grant that reached a node after it had
-// refused there was handed on by its Leave: the lock held a bare
-// majority.)
-func TestGrantHoldsAfterAnAttemptThatTookAFreeKey(t *testing.T) {
+// tookFreeKey is a holder and a waiter over three nodes that keep queues
+// and announce (a second's retry delay), where node 2 has lost the
+// holder's key: the waiter's waiting attempts take it there and roll it
+// back. It returns once the waiter is queued on nodes 0 and 1 and
+// asleep, after an attempt that took node 2's key and freed it.
+func tookFreeKey(t *testing.T) ([]*fakeNode, *clock.Fake, *redlock.Lock, <-chan lockResult) {
+	t.Helper()
 	ctx := context.Background()
 	fakes, _, nodes, clk := watchHandoffNodes()
 	opts := redlock.WithRetry(redlock.LinearBackoff(time.Second))
@@ -966,6 +965,19 @@ func TestGrantHoldsAfterAnAttemptThatTookAFreeKey(t *testing.T) {
 		}
 		return queued(0) == 1 && queued(1) == 1 && queued(2) == 0 && fakes[2].token("k") == "" && clk.Waiters() >= 1
 	}, 5*time.Second, time.Millisecond, "a waiting attempt took node 2's free key and rolled it back")
+	return fakes, clk, first, ra
+}
+
+// TestGrantHoldsAfterAnAttemptThatTookAFreeKey: the waiter's last
+// attempt took node 2's free key and its rollback freed it. The grants
+// of the holder's Unlock on the majority end the wait without another
+// acquire: they came after the rollback, and no command of the call is
+// left to change them. (Before, such a call made one more attempt, and a
+// grant that reached a node after it had refused there was handed on by
+// its Leave: the lock held a bare majority.)
+func TestGrantHoldsAfterAnAttemptThatTookAFreeKey(t *testing.T) {
+	ctx := context.Background()
+	fakes, _, first, ra := tookFreeKey(t)
 	before := acquires(fakes)
 	require.NoError(t, first.Unlock(ctx))
 	r := receiveLock(t, ra)
@@ -973,6 +985,37 @@ func TestGrantHoldsAfterAnAttemptThatTookAFreeKey(t *testing.T) {
 	assert.Equal(t, before, acquires(fakes), "no acquire after the grants")
 	assert.True(t, strings.HasPrefix(r.l.Token(), "~"), "the grant is the token: %q", r.l.Token())
 	assert.Equal(t, 2, holders(fakes, "k", r.l.Token()), "held by the grants of nodes 0 and 1")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestGrantAfterAFailedRollbackTakesAnAttempt: the waiter's next
+// attempt takes node 2's key again, and its rollback fails there (it is
+// retried in the background, without queueing the client again). The
+// grants are not counted: an attempt takes them, with its own token.
+func TestGrantAfterAFailedRollbackTakesAnAttempt(t *testing.T) {
+	ctx := context.Background()
+	fakes, clk, first, ra := tookFreeKey(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	fakes[2].setBefore(func(_ context.Context, op string) error {
+		if op == "release" && failing.Load() {
+			return errInjected
+		}
+		return nil
+	})
+	releases := fakes[2].count("release")
+	clk.Advance(time.Second) // the retry delay: the next waiting attempt
+	require.Eventually(t, func() bool {
+		return fakes[2].count("release") > releases && fakes[2].token("k") != "" && clk.Waiters() >= 1
+	}, 5*time.Second, time.Millisecond, "the attempt took node 2's key, and its rollback failed")
+	before := acquires(fakes)
+	require.NoError(t, first.Unlock(ctx))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	failing.Store(false)
+	assert.Greater(t, acquires(fakes), before, "an attempt after the grants")
+	assert.False(t, strings.HasPrefix(r.l.Token(), "~"), "its own token: %q", r.l.Token())
+	assert.GreaterOrEqual(t, holders(fakes, "k", r.l.Token()), 2)
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
