@@ -359,6 +359,9 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
 	hot := queued && !cfg.fenced && c.contended(key)
 	defer func() {
+		if qe, ok := err.(*QuorumError); ok {
+			qe.ch, qe.undo = nil, nil // for undone only: the caller's error keeps no attempt alive
+		}
 		if w != nil {
 			w.stop()
 		}

@@ -121,23 +121,26 @@ type QuorumError struct {
 	split    bool      // acquire: nodes queued the caller with different tickets
 	started  time.Time // acquire: when the attempt's round began
 	lost     bool      // acquire: a node's reply is unknown (failed, or still out)
-	// acquire: the rollback's release on each node where the attempt set
-	// the key (see undone), and the chain they belong to
-	undo []*step
+	// acquire, waiting: the failed attempt's chain, and its rollback's
+	// release on each node where the attempt set the key (see undone).
+	// Client.retry clears both before it returns the error, which would
+	// otherwise keep the attempt's Lock alive.
 	ch   *chain
+	undo []*step
 }
 
 // undone reports whether a waiting attempt's rollback has freed every key
-// the attempt set: its release has returned Done on each such node, and
-// so has queued the client again there (see Client.rollback). Until then
-// the call counts no grant (see Client.granted): a holder's release that
-// comes to such a node while it still holds the attempt's token hands
-// nothing on, and the requeue that follows would leave the client queued
-// there behind a lock held by grants. A release that failed, and is
-// retried without the requeue, keeps it false.
+// the attempt set: its release has returned Done on each such node (the
+// attempt's token is gone there; the script queued the client again too,
+// see Client.rollback). Until then the call counts no grant (see
+// Client.granted): a holder's release that comes to such a node while it
+// still holds the attempt's token hands nothing on, and the requeue that
+// follows would leave the client queued there behind a lock held by
+// grants. A release that failed, and is retried without the requeue,
+// keeps it false.
 func (qe *QuorumError) undone() bool {
 	for _, s := range qe.undo {
-		if !qe.ch.landed(s) || s.err != nil || s.res.Status != node.Done {
+		if !qe.ch.stepSet(s) {
 			return false
 		}
 	}

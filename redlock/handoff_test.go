@@ -949,7 +949,13 @@ func tookFreeKey(t *testing.T) ([]*fakeNode, *clock.Fake, *redlock.Lock, <-chan 
 	ctx := context.Background()
 	fakes, _, nodes, clk := watchHandoffNodes()
 	opts := redlock.WithRetry(redlock.LinearBackoff(time.Second))
-	holder, waiter := handoffClient(t, nodes, clk, opts), handoffClient(t, nodes, clk, opts)
+	var released atomic.Int32 // the waiter's releases on node 2 that have returned (the hook runs after the chain has its answer)
+	hooks := redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 2 && i.Op == "release" {
+			released.Add(1)
+		}
+	}})
+	holder, waiter := handoffClient(t, nodes, clk, opts), handoffClient(t, nodes, clk, opts, hooks)
 	first := lockOnAll(t, ctx, holder, fakes)
 	fakes[2].mu.Lock()
 	delete(fakes[2].keys, "k") // node 2 has lost the holder's key
@@ -963,7 +969,8 @@ func tookFreeKey(t *testing.T) ([]*fakeNode, *clock.Fake, *redlock.Lock, <-chan 
 			// see Client.rollback): the next attempt takes the key.
 			clk.Advance(time.Second)
 		}
-		return queued(0) == 1 && queued(1) == 1 && queued(2) == 0 && fakes[2].token("k") == "" && clk.Waiters() >= 1
+		return queued(0) == 1 && queued(1) == 1 && queued(2) == 0 && fakes[2].token("k") == "" &&
+			int(released.Load()) == fakes[2].count("release") && clk.Waiters() >= 1
 	}, 5*time.Second, time.Millisecond, "a waiting attempt took node 2's free key and rolled it back")
 	return fakes, clk, first, ra
 }
