@@ -891,7 +891,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		given, _, _ := tickets(r.Replies, c.quorum)
 		requeue = max(ticket, given)
 	}
-	rb := c.rollback(ctx, l, r, requeue)
+	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	// Replies that came in during the rollback tell more about when the
@@ -923,7 +923,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		for i, rep := range r.Replies {
 			qe.lost = qe.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
 			if rep.Err == nil && rep.Result.Status == node.Done {
-				qe.undo = append(qe.undo, &rb.next[i])
+				qe.undo = append(qe.undo, &l.ch.tail[i]) // the rollback's release there
 			}
 		}
 		qe.ch = &l.ch
@@ -963,9 +963,9 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // rollback releases a failed attempt's token through its chain: on every
 // node but those that answered Taken, and on nodes still silent once their
 // SET returns (a lost or late reply may hide a SET that took effect). It
-// returns the release's round once the nodes that answered Done have
-// released, so that a competitor is not kept waiting; the others finish
-// in the background (QuorumError.undone reads how they ended).
+// returns once the nodes that answered Done have released, so that a
+// competitor is not kept waiting; the others finish in the background
+// (QuorumError.undone reads how they ended, in the chain's tail).
 // After a failed acquire round, a silent node's release goes at once,
 // ahead of its reply (see round.ahead), unless the round was refused
 // with no node answering Done: then it goes once the reply is in, and
@@ -977,7 +977,7 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // lease at most, as a waiting acquire still on its way then does.
 // (Where the call's context ended before a majority answered, the round
 // is not refused, and the release goes ahead, before the leave.)
-func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) *round {
+func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {
@@ -985,9 +985,8 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64)
 		}
 	}
 	lazy := granted == nil && quorum.Tally(r.Replies).Refused(c.quorum)
-	rb := l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
 	l.ch.wait(granted)
-	return rb
 }
 
 // tickets reads a waiting attempt's replies: the largest ticket a node
