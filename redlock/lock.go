@@ -155,7 +155,8 @@ func (l *Lock) left() time.Duration {
 //
 // Errors: ErrNotHeld when the lock had expired, was unlocked, or a
 // majority no longer holds the token; ErrInvalid for a ttl that is not a
-// positive whole number of milliseconds above the node timeout; ErrClosed
+// positive whole number of milliseconds above the node timeout, or that
+// is too short ever to be valid (see WithTTL); ErrClosed
 // after the client's Close; otherwise a *QuorumError without a sentinel
 // (nodes failed or ctx ended), after which the lock still holds until
 // Until() — which never moves later on failure, but moves earlier if the
@@ -171,7 +172,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNilLock
 	}
-	if err := checkTTL(ttl); err != nil {
+	if err := checkTTL(ttl, l.drift); err != nil {
 		return err
 	}
 	if ttl <= l.ch.timeout {
