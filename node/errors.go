@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // Sentinel kinds of node failure. A *Error wraps exactly one of them (or
@@ -16,7 +17,11 @@ var (
 	// The command may or may not have taken effect.
 	ErrTimeout = errors.New("node did not answer in time")
 	// ErrUnreachable: no connection could be made (refused, no route,
-	// unknown host).
+	// unknown host), or the connection was reset or broken under the
+	// call (ECONNRESET, ECONNABORTED, EPIPE: the node crashed, or a
+	// middlebox dropped the flow). After a reset the command may have
+	// taken effect; after a refused dial it was never sent (Refused
+	// tells).
 	ErrUnreachable = errors.New("node unreachable")
 	// ErrAuth: the node refused the credentials (WRONGPASS, NOAUTH) or
 	// what they allow (NOPERM: an ACL user without the command or key).
@@ -175,7 +180,7 @@ func Classify(err error) error {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &ne) && ne.Timeout():
 		return ErrTimeout
-	case errors.As(err, &op) && op.Op == "dial":
+	case errors.As(err, &op) && op.Op == "dial", broken(err):
 		return ErrUnreachable
 	case errors.As(err, new(*tls.CertificateVerificationError)), errors.As(err, new(tls.AlertError)):
 		// crypto/tls wraps every verification failure (unknown authority,
@@ -190,6 +195,19 @@ func Classify(err error) error {
 		}
 	}
 	return replyKind(err.Error())
+}
+
+// broken reports whether err is a connection reset or broken under a
+// call.
+func broken(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE)
+}
+
+// Refused reports whether err is an ErrUnreachable whose command cannot
+// have reached the node: no connection was made (not a reset or broken
+// one, after which it may have).
+func Refused(err error) bool {
+	return errors.Is(err, ErrUnreachable) && !broken(err)
 }
 
 // replyKind is the kind of a server's error reply, from its text:
