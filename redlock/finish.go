@@ -60,9 +60,9 @@ type finisher struct {
 	// watched: releases that found nothing after a command of their
 	// lock that may still run (see watchRelease), each sent again on a
 	// schedule of its own, after q's releases, and not reported at Close.
-	watched   []release
-	running   bool // a goroutine works q and watched
-	dropped   int  // releases not queued because q was full
+	watched []release
+	running bool // a goroutine works q and watched
+	dropped int  // releases not queued because q was full
 	// abandoned counts, per key, the releases given up at Close; gaveUp
 	// lists those keys in the order they were first given up.
 	abandoned map[string]int
