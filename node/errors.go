@@ -13,8 +13,10 @@ import (
 // Sentinel kinds of node failure. A *Error wraps exactly one of them (or
 // none, for errors it cannot classify), so errors.Is tells them apart.
 var (
-	// ErrTimeout: the node did not complete the call before its deadline.
-	// The command may or may not have taken effect.
+	// ErrTimeout: the node did not complete the call before its deadline,
+	// or its reply cannot be told apart from another's (a command lost
+	// on a shared connection, see Options.Pooled). The command may or
+	// may not have taken effect.
 	ErrTimeout = errors.New("node did not answer in time")
 	// ErrUnreachable: no connection could be made (refused, no route,
 	// unknown host), or the connection was reset or broken under the
@@ -178,7 +180,7 @@ func Classify(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
+		errors.As(err, &ne) && ne.Timeout(), errors.Is(err, errOutOfStep):
 		return ErrTimeout
 	case errors.As(err, &op) && op.Op == "dial", broken(err):
 		return ErrUnreachable

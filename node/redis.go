@@ -65,7 +65,11 @@ type Options struct {
 	// deadline. On the shared connection, a reply that comes after its
 	// call gave up is read and dropped; a connection on which replies are
 	// due and none has come for Timeout is closed, and the next call
-	// dials another.
+	// dials another. A call that gives up also sends a PING behind its
+	// command, whose reply proves the replies still in step with the
+	// commands; a connection that lost a command on the way (a proxy
+	// that dropped bytes and kept the connection) is closed at that
+	// reply, the calls still on it failing with ErrTimeout.
 	Pooled bool
 }
 
