@@ -242,6 +242,38 @@ func TestUnlockFinishesDroppedReleases(t *testing.T) {
 	out.clean(t, l.Token())
 }
 
+// TestUnlockFinishesReleasesLostOnOpenConnections: as
+// TestUnlockFinishesDroppedReleases, but the two nodes' connections stay
+// open when requests flow again, the releases sent meanwhile lost: on
+// the shared connection every later reply would go to the command before
+// its own (the first, a release's NOSCRIPT, to a caller gone), and no
+// retry would ever see its reply. The key must still be gone from the
+// two within a second of the network healing (TTL 20s).
+func TestUnlockFinishesReleasesLostOnOpenConnections(t *testing.T) {
+	ctx := context.Background()
+	p := prefix(t, 2*time.Second)
+	var out texts
+	c := client(t, redlock.WithTTL(20*time.Second), out.logger())
+	l, err := c.TryLock(ctx, p+"k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holdersOf(t, l) == 5 }, 5*time.Second, 5*time.Millisecond)
+
+	for _, i := range []int{3, 4} {
+		require.NoError(t, shared.Drop(i))
+		t.Cleanup(func() { shared.Heal(i) })
+	}
+	require.NoError(t, l.Unlock(ctx), "three of five released")
+	time.Sleep(300 * time.Millisecond) // requests to 3 and 4 are lost meanwhile
+	assert.Equal(t, 2, holdersOf(t, l), "the lost releases did not reach nodes 3 and 4")
+	shared.Heal(3)
+	shared.Heal(4)
+	healed := time.Now()
+	require.Eventually(t, func() bool { return holdersOf(t, l) == 0 }, time.Second, 5*time.Millisecond,
+		"the key is gone from nodes 3 and 4 within a second of the network healing (TTL 20s)")
+	t.Logf("key gone from the healed nodes %v after they healed", time.Since(healed).Round(time.Millisecond))
+	out.clean(t, l.Token())
+}
+
 // holdersOf counts the nodes that hold l's token, read directly.
 func holdersOf(t *testing.T, l *redlock.Lock) int {
 	t.Helper()
