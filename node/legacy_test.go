@@ -58,10 +58,13 @@ func fakeRedis(t *testing.T, reply func(args []string) string) (n *node.Redis, c
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			seen = append(seen, strings.ToUpper(args[0]))
-			out := reply(args)
-			mu.Unlock()
+			out, ok := probed(args)
+			if !ok {
+				mu.Lock()
+				seen = append(seen, strings.ToUpper(args[0]))
+				out = reply(args)
+				mu.Unlock()
+			}
 			if _, err := c.Write([]byte(out)); err != nil {
 				return
 			}
@@ -77,6 +80,18 @@ func fakeRedis(t *testing.T, reply func(args []string) string) (n *node.Redis, c
 		seen = nil
 		return got
 	}
+}
+
+// probed answers the probe a connection runs when it is set up (see
+// node.Scripts.Probe) as Redis would, and reports whether args is one of
+// its two commands.
+func probed(args []string) (string, bool) {
+	p := node.LuaScripts().Probe
+	if len(args) > 1 && (strings.EqualFold(args[0], "EVAL") && args[1] == p.Src ||
+		strings.EqualFold(args[0], "EVALSHA") && args[1] == p.Hash) {
+		return ":1\r\n", true
+	}
+	return "", false
 }
 
 // readCommand reads one RESP array of bulk strings, as clients send

@@ -435,6 +435,9 @@ func (r *Redis) callMux(ctx context.Context, start time.Time, op string, s *scri
 		if err != nil {
 			return nil, r.fail(op, err)
 		}
+		if e := r.refused.Load(); e != nil {
+			return nil, r.fail(op, e)
+		}
 		reply, err := m.do(ctx, start, cmd, args)
 		if ns, ok := err.(notSent); ok {
 			if !again {

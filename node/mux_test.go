@@ -149,10 +149,15 @@ func TestMultiplexUnaskedReplyWhileIdle(t *testing.T) {
 	var conns atomic.Int32
 	addr := redistest.Serve(t, func(c net.Conn) {
 		first := conns.Add(1) == 1
-		buf := make([]byte, 4096)
+		br := bufio.NewReader(c)
 		for {
-			if _, err := c.Read(buf); err != nil {
+			args, err := readCommand(br)
+			if err != nil {
 				return
+			}
+			if out, ok := probed(args); ok {
+				c.Write([]byte(out))
+				continue
 			}
 			if _, err := c.Write([]byte("$-1\r\n")); err != nil { // SET ... NX GET: set
 				return
@@ -244,6 +249,13 @@ func TestMultiplexWatchdogFromSend(t *testing.T) {
 			case args[0] == "PING": // the check behind a call that gave up
 				c.Write([]byte(fmt.Sprintf("$%d\r\n%s\r\n", len(args[1]), args[1])))
 				continue
+			default:
+				if out, ok := probed(args); ok { // part of the dial
+					c.Write([]byte(out))
+					continue
+				}
+			}
+			switch {
 			case first:
 				first = false
 				time.Sleep(100 * time.Millisecond)
@@ -288,13 +300,14 @@ func TestMultiplexLostCommandCostsTheConnection(t *testing.T) {
 			if err != nil {
 				return
 			}
-			var out string
-			switch strings.ToUpper(args[0]) {
-			case "SET":
+			out, ok := probed(args)
+			switch {
+			case ok:
+			case strings.ToUpper(args[0]) == "SET":
 				out = "$-1\r\n" // set
-			case "PING":
+			case strings.ToUpper(args[0]) == "PING":
 				out = fmt.Sprintf("$%d\r\n%s\r\n", len(args[1]), args[1])
-			case "EVALSHA":
+			case strings.ToUpper(args[0]) == "EVALSHA":
 				mu.Lock()
 				drop := !lost
 				lost = true

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	_ "embed"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -177,6 +178,11 @@ type Redis struct {
 	muxConn func(ctx context.Context) (redis.Conn, net.Conn, error)
 
 	lastLate atomic.Pointer[late] // the last late reply; nil before the first
+
+	// refused is the refusal for good of the scripts that the probe of
+	// the last connection made found (see Scripts.Probe); nil when it
+	// passed or said nothing.
+	refused atomic.Pointer[Error]
 }
 
 // late is when a late reply came in, and its round trip.
@@ -270,7 +276,11 @@ func New(ep Endpoint, opts Options) *Redis {
 				if err != nil {
 					return nil, err
 				}
-				lc.ready = true // AUTH and SELECT done: see lateConn
+				if err := r.probe(c); err != nil {
+					c.Close()
+					return nil, err
+				}
+				lc.ready = true // AUTH, SELECT and the probe done: see lateConn
 				// redigo's connection implements ConnWithTimeout.
 				return &pooledConn{ConnWithTimeout: c.(redis.ConnWithTimeout), nc: lc.Conn}, nil
 			})
@@ -292,8 +302,12 @@ func New(ep Endpoint, opts Options) *Redis {
 			if err != nil {
 				return nil, nil, err
 			}
-			// AUTH and SELECT are done: from now on the mux keeps the
-			// deadlines, and the dial's must not stay.
+			if err := r.probe(c); err != nil {
+				c.Close()
+				return nil, nil, err
+			}
+			// AUTH, SELECT and the probe are done: from now on the mux
+			// keeps the deadlines, and the dial's must not stay.
 			sock.muxed = true
 			if err := sock.Conn.SetDeadline(time.Time{}); err != nil {
 				c.Close()
@@ -661,6 +675,10 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	if err != nil {
 		return nil, r.getFailed(op, err)
 	}
+	if e := r.refused.Load(); e != nil {
+		conn.Close()
+		return nil, r.fail(op, e)
+	}
 	left := time.Until(deadline)
 	if left <= 0 {
 		conn.Close()
@@ -672,6 +690,39 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	}
 	conn.Close()
 	return reply, nil
+}
+
+// probeScript is Scripts.Probe, boxed.
+var probeScript = boxed(luaScripts.Probe)
+
+// probe runs Scripts.Probe on c, a connection just set up, and records
+// what it found in r.refused. It returns an error only when c failed
+// (the dial then fails with it).
+func (r *Redis) probe(c redis.Conn) error {
+	if err := c.Send("EVAL", probeScript.src, 0); err != nil {
+		return err
+	}
+	if err := c.Send("EVALSHA", probeScript.hash, 0); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	var refused *Error
+	for range 2 {
+		_, err := c.Receive()
+		switch err.(type) {
+		case nil:
+		case redis.Error:
+			if k := Classify(err); refused == nil && Permanent(k) {
+				refused = &Error{Kind: k, Err: fmt.Errorf("found when the connection was set up: %w", redact(err))}
+			}
+		default:
+			return err
+		}
+	}
+	r.refused.Store(refused)
+	return nil
 }
 
 // getFailed is the error of a call that got no connection: ErrTimeout

@@ -286,3 +286,32 @@ func TestPoolWaitIsTold(t *testing.T) {
 	assert.NotErrorIs(t, err, node.ErrPoolWait)
 	require.NoError(t, <-stalled)
 }
+
+// TestNoScriptsRefusedAtFirstUse: a node with EVAL and EVALSHA renamed
+// away would take a lock by its plain SET and never release or extend
+// it. The probe a new connection runs finds that before the
+// connection's first command: every call fails with ErrNoScripts, a
+// refusal for good, and the SET is never sent — on the shared
+// connection and on a pooled one.
+func TestNoScriptsRefusedAtFirstUse(t *testing.T) {
+	url := redistest.StartArgs(t, "--rename-command", "EVAL", "", "--rename-command", "EVALSHA", "")
+	admin := redistest.Dial(t, url)
+	for _, pooled := range []bool{false, true} {
+		r, err := node.Dial(url, node.Options{Pooled: pooled})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		k := node.Key{Name: "k", Token: "tok"}
+		res, err := r.Acquire(ctx, &k, time.Minute, false)
+		require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v", pooled)
+		assert.True(t, node.Permanent(err))
+		assert.Equal(t, node.Unknown, res.Status)
+		assert.Contains(t, err.Error(), "found when the connection was set up")
+		_, err = r.Release(ctx, &k, true)
+		require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v: release", pooled)
+		cancel()
+		n, err := admin.Do(context.Background(), "DBSIZE")
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, n, "pooled %v: the SET was not sent", pooled)
+		require.NoError(t, r.Close())
+	}
+}
