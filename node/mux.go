@@ -78,8 +78,8 @@ type mux struct {
 	head    int
 	err     error // why the connection broke; nil while usable
 	// checks counts the checks in queue (see check); held has the
-	// callers whose replies came before the last of them, in order,
-	// their replies held back until it proves them in step.
+	// callers whose replies came while one was due, in order, their
+	// replies held back until the next check's proves them in step.
 	checks int
 	held   []*muxCall
 	seq    uint64 // checks sent on the connection, for their tokens
@@ -257,17 +257,16 @@ func (m *mux) read() {
 		m.head++
 		switch {
 		case c.check != nil:
-			// In step up to here: the replies held back are theirs.
+			// In step up to here: the replies held back, all read
+			// before this one, are theirs.
 			m.checks--
-			if m.checks == 0 {
-				for i, h := range m.held {
-					if !h.gone {
-						h.ch <- struct{}{}
-					}
-					m.held[i] = nil
+			for i, h := range m.held {
+				if !h.gone {
+					h.ch <- struct{}{}
 				}
-				m.held = m.held[:0]
+				m.held[i] = nil
 			}
+			m.held = m.held[:0]
 		case c.gone:
 			now := time.Now()
 			m.r.lastLate.Store(&late{at: now, rtt: now.Sub(c.sent)})
