@@ -61,16 +61,6 @@ type Scripts struct {
 	// ReleaseShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
 	// token, "1" to hand on and announce or "0". Reply: ParseStatus.
 	ReleaseShared Script
-	// Probe: no keys, no ARGV; reply 1. A driver runs it by EVAL and
-	// then EVALSHA (one write, one round trip) when it sets a connection
-	// up, before the connection's first command: a node that refuses
-	// either for good (Permanent: ErrNoScripts for EVAL or EVALSHA
-	// renamed away or disabled, ErrAuth for an ACL without them) could
-	// take a lock by a plain SET and never release or extend it, so
-	// every call on the node fails with that refusal, without being
-	// sent, until a new connection's probe passes. Another failure
-	// (a proxy that wants a key, say) says nothing: the calls go on.
-	Probe Script
 }
 
 // LuaScripts returns the scripts a lock node runs. Run them by EVALSHA
@@ -90,7 +80,6 @@ var luaScripts = Scripts{
 	AcquireShared: newLua(acquireSharedLua, 3, queueLua, sharedLua),
 	ExtendShared:  newLua(extendSharedLua, 2, queueLua, sharedLua),
 	ReleaseShared: newLua(releaseSharedLua, 3, queueLua, sharedLua),
-	Probe:         newLua("return 1", 0),
 }
 
 // libraryLine is where a script wants its libraries (queue.lua,

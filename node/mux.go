@@ -434,9 +434,6 @@ func (r *Redis) callMux(ctx context.Context, start time.Time, op string, s *scri
 		if err != nil {
 			return nil, r.fail(op, err)
 		}
-		if e := r.refused.Load(); e != nil {
-			return nil, r.fail(op, e)
-		}
 		reply, err := m.do(ctx, start, cmd, args)
 		if ns, ok := err.(notSent); ok {
 			if !again {
@@ -449,6 +446,9 @@ func (r *Redis) callMux(ctx context.Context, start time.Time, op string, s *scri
 			copy(src, args)
 			src[0] = s.src
 			reply, err = m.do(ctx, start, "EVAL", src)
+		}
+		if s != nil && err == nil {
+			r.ran()
 		}
 		return reply, r.fail(op, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	_ "embed"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -179,10 +178,10 @@ type Redis struct {
 
 	lastLate atomic.Pointer[late] // the last late reply; nil before the first
 
-	// refused is the refusal for good of the scripts that the probe of
-	// the last connection made found (see Scripts.Probe); nil when it
-	// passed or said nothing.
-	refused atomic.Pointer[Error]
+	// scripted: a script has run on the node since its last connection
+	// was set up, so it runs scripts, and an acquire may be a plain SET
+	// (see Acquire).
+	scripted atomic.Bool
 }
 
 // late is when a late reply came in, and its round trip.
@@ -276,11 +275,8 @@ func New(ep Endpoint, opts Options) *Redis {
 				if err != nil {
 					return nil, err
 				}
-				if err := r.probe(c); err != nil {
-					c.Close()
-					return nil, err
-				}
-				lc.ready = true // AUTH, SELECT and the probe done: see lateConn
+				r.scripted.Store(false) // perhaps a restarted node: see Acquire
+				lc.ready = true         // AUTH and SELECT done: see lateConn
 				// redigo's connection implements ConnWithTimeout.
 				return &pooledConn{ConnWithTimeout: c.(redis.ConnWithTimeout), nc: lc.Conn}, nil
 			})
@@ -302,12 +298,9 @@ func New(ep Endpoint, opts Options) *Redis {
 			if err != nil {
 				return nil, nil, err
 			}
-			if err := r.probe(c); err != nil {
-				c.Close()
-				return nil, nil, err
-			}
-			// AUTH, SELECT and the probe are done: from now on the mux
-			// keeps the deadlines, and the dial's must not stay.
+			r.scripted.Store(false) // perhaps a restarted node: see Acquire
+			// AUTH and SELECT are done: from now on the mux keeps the
+			// deadlines, and the dial's must not stay.
 			sock.muxed = true
 			if err := sock.Conn.SetDeadline(time.Time{}); err != nil {
 				c.Close()
@@ -355,8 +348,14 @@ func (r *Redis) Close() error {
 // "set", "ours already" and "someone else's" apart (ParseSet). With
 // holderTTL it runs acquire.lua instead, which also returns the holder's
 // PTTL; so does a node older than Redis 7.0, which refuses NX with GET.
+// So does the first acquire on a new connection, until a script has run
+// there: a node that cannot run scripts (EVAL or EVALSHA renamed away,
+// an ACL without them) would take a lock by the SET that no extend or
+// release could ever act on; the script fails there instead, with
+// ErrNoScripts (or ErrAuth), a refusal for good, and sets nothing. It
+// costs no round trip more than the SET.
 func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration, holderTTL bool) (Result, error) {
-	if holderTTL || r.noSetGet.Load() {
+	if holderTTL || r.noSetGet.Load() || !r.scripted.Load() {
 		return r.acquireScript(ctx, k, ttl, holderTTL)
 	}
 	name, token := k.Boxed()
@@ -507,9 +506,10 @@ func (r *Redis) Leave(ctx context.Context, k *Key) error {
 }
 
 // AcquireShared runs acquire_shared.lua (see Sharer); a first try (not
-// wait) runs acquireAlone, and the script only when readers hold the key.
+// wait) runs acquireAlone, and the script only when readers hold the key
+// (or, as for Acquire, until a script has run on the connection).
 func (r *Redis) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error) {
-	if !wait && !r.noSetGet.Load() && !r.readersLikely(k.Name) {
+	if !wait && !r.noSetGet.Load() && r.scripted.Load() && !r.readersLikely(k.Name) {
 		res, readers, err := r.acquireAlone(ctx, k, ttl)
 		if !readers {
 			return res, err
@@ -675,10 +675,6 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	if err != nil {
 		return nil, r.getFailed(op, err)
 	}
-	if e := r.refused.Load(); e != nil {
-		conn.Close()
-		return nil, r.fail(op, e)
-	}
 	left := time.Until(deadline)
 	if left <= 0 {
 		conn.Close()
@@ -689,40 +685,17 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 		return r.failed(conn, op, s, args, start, deadline, err)
 	}
 	conn.Close()
+	if s != nil {
+		r.ran()
+	}
 	return reply, nil
 }
 
-// probeScript is Scripts.Probe, boxed.
-var probeScript = boxed(luaScripts.Probe)
-
-// probe runs Scripts.Probe on c, a connection just set up, and records
-// what it found in r.refused. It returns an error only when c failed
-// (the dial then fails with it).
-func (r *Redis) probe(c redis.Conn) error {
-	if err := c.Send("EVAL", probeScript.src, 0); err != nil {
-		return err
+// ran records that a script ran on the node (see Acquire).
+func (r *Redis) ran() {
+	if !r.scripted.Load() {
+		r.scripted.Store(true)
 	}
-	if err := c.Send("EVALSHA", probeScript.hash, 0); err != nil {
-		return err
-	}
-	if err := c.Flush(); err != nil {
-		return err
-	}
-	var refused *Error
-	for range 2 {
-		_, err := c.Receive()
-		switch err.(type) {
-		case nil:
-		case redis.Error:
-			if k := Classify(err); refused == nil && Permanent(k) {
-				refused = &Error{Kind: k, Err: fmt.Errorf("found when the connection was set up: %w", redact(err))}
-			}
-		default:
-			return err
-		}
-	}
-	r.refused.Store(refused)
-	return nil
 }
 
 // getFailed is the error of a call that got no connection: ErrTimeout
@@ -764,6 +737,7 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		var reply any
 		if reply, err = redis.DoWithTimeout(conn, left, "EVAL", src...); err == nil {
 			conn.Close()
+			r.ran()
 			return reply, nil
 		}
 	}

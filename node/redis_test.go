@@ -289,10 +289,9 @@ func TestPoolWaitIsTold(t *testing.T) {
 
 // TestNoScriptsRefusedAtFirstUse: a node with EVAL and EVALSHA renamed
 // away would take a lock by its plain SET and never release or extend
-// it. The probe a new connection runs finds that before the
-// connection's first command: every call fails with ErrNoScripts, a
-// refusal for good, and the SET is never sent — on the shared
-// connection and on a pooled one.
+// it. The first acquire on a connection is the script, so that node
+// refuses it with ErrNoScripts, a refusal for good, and sets nothing —
+// on the shared connection and on a pooled one, again and again.
 func TestNoScriptsRefusedAtFirstUse(t *testing.T) {
 	url := redistest.StartArgs(t, "--rename-command", "EVAL", "", "--rename-command", "EVALSHA", "")
 	admin := redistest.Dial(t, url)
@@ -301,11 +300,15 @@ func TestNoScriptsRefusedAtFirstUse(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		k := node.Key{Name: "k", Token: "tok"}
-		res, err := r.Acquire(ctx, &k, time.Minute, false)
-		require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v", pooled)
-		assert.True(t, node.Permanent(err))
-		assert.Equal(t, node.Unknown, res.Status)
-		assert.Contains(t, err.Error(), "found when the connection was set up")
+		for range 2 {
+			res, err := r.Acquire(ctx, &k, time.Minute, false)
+			require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v", pooled)
+			assert.True(t, node.Permanent(err))
+			assert.Equal(t, node.Unknown, res.Status)
+			res, err = r.AcquireShared(ctx, &k, time.Minute, false)
+			require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v: shared", pooled)
+			assert.Equal(t, node.Unknown, res.Status)
+		}
 		_, err = r.Release(ctx, &k, true)
 		require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v: release", pooled)
 		cancel()

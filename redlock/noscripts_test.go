@@ -16,8 +16,8 @@ import (
 // TestNoScriptsOnAMajorityGrantsNothing: three of five redis-server
 // processes have EVAL and EVALSHA renamed away. Their acquire would be a
 // plain SET, and the lock it gave could never be released or extended
-// there. Found when each node is first used, the refusal fails the
-// acquire on them: TryLock and Lock (at once, not after retries) fail
+// there. The first acquire on a connection is the script, so the
+// refusal fails the acquire on them, found when each is first used: TryLock and Lock (at once, not after retries) fail
 // with ErrNotAcquired and node.ErrNoScripts, and no key is left on any
 // node. With one such node of three, the other two still give the lock.
 func TestNoScriptsOnAMajorityGrantsNothing(t *testing.T) {
@@ -34,8 +34,8 @@ func TestNoScriptsOnAMajorityGrantsNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A node timeout that a loaded host's first calls (a dial, AUTH and
-	// the probe each) never miss.
+	// A node timeout that a loaded host's first calls (a dial, and a
+	// script to load on each node) never miss.
 	c, err := redlock.Dial(urls, redlock.WithNodeTimeout(time.Second))
 	require.NoError(t, err)
 	defer c.Close()
