@@ -594,3 +594,30 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// TestNoScriptsRefusedAtAcquire: on a server with EVAL and EVALSHA
+// renamed away, the node's acquire (a script here, never a plain SET)
+// fails with node.ErrNoScripts, a refusal for good, and sets nothing: no
+// lock is taken that could not be released. Shared acquires too.
+func TestNoScriptsRefusedAtAcquire(t *testing.T) {
+	url := redistest.StartArgs(t, "--rename-command", "EVAL", "", "--rename-command", "EVALSHA", "")
+	admin := redistest.Dial(t, url)
+	addr := strings.TrimPrefix(url, "redis://")
+	eachMode(t, func(t *testing.T, m mode) {
+		n := goredis.New(client(t, addr, m))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		k := node.NewKey("k", "tok")
+		res, err := n.Acquire(ctx, &k, time.Minute, false)
+		require.ErrorIs(t, err, node.ErrNoScripts)
+		assert.True(t, node.Permanent(err))
+		assert.Equal(t, node.Unknown, res.Status)
+		_, err = n.(node.Sharer).AcquireShared(ctx, &k, time.Minute, false)
+		require.ErrorIs(t, err, node.ErrNoScripts, "shared")
+		_, err = n.Release(ctx, &k, true)
+		require.ErrorIs(t, err, node.ErrNoScripts, "release")
+		keys, err := admin.Do(ctx, "DBSIZE")
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, keys)
+	})
+}

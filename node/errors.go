@@ -7,16 +7,23 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // Sentinel kinds of node failure. A *Error wraps exactly one of them (or
 // none, for errors it cannot classify), so errors.Is tells them apart.
 var (
-	// ErrTimeout: the node did not complete the call before its deadline.
-	// The command may or may not have taken effect.
+	// ErrTimeout: the node did not complete the call before its deadline,
+	// or its reply cannot be told apart from another's (a command lost
+	// on a shared connection, see Options.Pooled). The command may or
+	// may not have taken effect.
 	ErrTimeout = errors.New("node did not answer in time")
 	// ErrUnreachable: no connection could be made (refused, no route,
-	// unknown host).
+	// unknown host), or the connection was reset or broken under the
+	// call (ECONNRESET, ECONNABORTED, EPIPE: the node crashed, or a
+	// middlebox dropped the flow). After a reset the command may have
+	// taken effect; after a refused dial it was never sent (Refused
+	// tells).
 	ErrUnreachable = errors.New("node unreachable")
 	// ErrAuth: the node refused the credentials (WRONGPASS, NOAUTH) or
 	// what they allow (NOPERM: an ACL user without the command or key).
@@ -173,9 +180,9 @@ func Classify(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
+		errors.As(err, &ne) && ne.Timeout(), errors.Is(err, errOutOfStep):
 		return ErrTimeout
-	case errors.As(err, &op) && op.Op == "dial":
+	case errors.As(err, &op) && op.Op == "dial", broken(err):
 		return ErrUnreachable
 	case errors.As(err, new(*tls.CertificateVerificationError)), errors.As(err, new(tls.AlertError)):
 		// crypto/tls wraps every verification failure (unknown authority,
@@ -190,6 +197,19 @@ func Classify(err error) error {
 		}
 	}
 	return replyKind(err.Error())
+}
+
+// broken reports whether err is a connection reset or broken under a
+// call.
+func broken(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE)
+}
+
+// Refused reports whether err is an ErrUnreachable whose command cannot
+// have reached the node: no connection was made (not a reset or broken
+// one, after which it may have).
+func Refused(err error) bool {
+	return errors.Is(err, ErrUnreachable) && !broken(err)
 }
 
 // replyKind is the kind of a server's error reply, from its text:

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -35,6 +37,20 @@ import (
 //   - A caller waits for its reply within its context. One that gives up
 //     leaves its place: the reader reads its reply and drops it (noting
 //     it as late, see LastLate).
+//   - A reply is matched to its command by order alone, so a command
+//     lost on the way with the connection left open (a proxy or
+//     middlebox that dropped bytes and kept the flow) would shift every
+//     later reply onto the command before it, for good: each caller
+//     would get another's reply, or none, and the replies that keep
+//     coming would keep the watchdog from ever closing the connection.
+//     So a caller that gives up puts a check behind its command: PING
+//     with a token of the connection's own (see check). Until the
+//     check's reply comes, replies to the commands sent before it are
+//     held back; the check's own token in its place proves the replies
+//     in step, and they are handed out; anything else in its place, or
+//     its token in another's, breaks the connection, with every caller
+//     still waiting. A lost command then costs one connection, and the
+//     common late reply (a slow node) one PING.
 //   - While replies are due the socket's read deadline is the node's
 //     Timeout after the last reply (or after the first command sent to
 //     an idle connection): a connection on which replies are due and
@@ -61,6 +77,13 @@ type mux struct {
 	queue   []*muxCall // callers whose replies are due, in the order sent, from head
 	head    int
 	err     error // why the connection broke; nil while usable
+	// checks counts the checks in queue (see check); held has the
+	// callers whose replies came while one was due, in order, their
+	// replies held back until the next check's proves them in step.
+	checks int
+	held   []*muxCall
+	seq    uint64 // checks sent on the connection, for their tokens
+	nonce  string // the connection's own part of a check's token
 }
 
 // muxCall is one command's place in a mux's queue.
@@ -69,7 +92,8 @@ type muxCall struct {
 	reply any
 	err   error
 	sent  time.Time
-	gone  bool // guarded by mux.mu: the caller gave up; the reply is dropped
+	gone  bool   // guarded by mux.mu: the caller gave up; the reply is dropped
+	check []byte // a check's token (see mux.check); nil for a caller's command
 }
 
 var muxCalls = sync.Pool{New: func() any { return &muxCall{ch: make(chan struct{}, 1)} }}
@@ -85,6 +109,10 @@ func (e notSent) Unwrap() error { return e.err }
 // errUnasked breaks a connection on which a reply came that no command
 // was waiting for.
 var errUnasked = errors.New("a reply with no command waiting for it")
+
+// errOutOfStep breaks a connection whose replies a check found out of
+// step with its commands (see mux): a command was lost on the way.
+var errOutOfStep = errors.New("replies out of step with the commands: a command was lost on the way")
 
 // do sends cmd with args and waits for its reply, within ctx; now is
 // the call's start (the caller has read the clock).
@@ -124,6 +152,7 @@ func (m *mux) do(ctx context.Context, now time.Time, cmd string, args []any) (an
 			m.mu.Unlock()
 		default:
 			c.gone = true // the reader drops the reply; c is not reused
+			m.check()
 			m.mu.Unlock()
 			return nil, ctx.Err()
 		}
@@ -132,6 +161,24 @@ func (m *mux) do(ctx context.Context, now time.Time, cmd string, args []any) (an
 	c.reply, c.err = nil, nil
 	muxCalls.Put(c)
 	return reply, err
+}
+
+// check puts a check behind the commands sent, for a caller that gave
+// up on its reply (see mux), unless the last command sent is one; m.mu is
+// held. Its write goes on in a goroutine if no caller is writing.
+func (m *mux) check() {
+	if m.err != nil || (m.checks > 0 && m.queue[len(m.queue)-1].check != nil) {
+		return
+	}
+	m.seq++
+	token := strconv.AppendUint(append([]byte(m.nonce), ':'), m.seq, 10)
+	m.wbuf = appendCommand(m.wbuf, "PING", []any{token})
+	m.queue = append(m.queue, &muxCall{check: token, sent: time.Now()})
+	m.checks++
+	if !m.writing {
+		m.writing = true // before the goroutine starts: one writer at a time
+		go m.flushRest()
+	}
 }
 
 // flush writes wbuf until nothing more was appended meanwhile; m.mu is
@@ -201,12 +248,32 @@ func (m *mux) read() {
 			return
 		}
 		c := m.queue[m.head]
+		if m.checks > 0 && !m.inStep(c, reply) {
+			m.fail(errOutOfStep)
+			m.mu.Unlock()
+			return
+		}
 		m.queue[m.head] = nil
 		m.head++
-		if c.gone {
+		switch {
+		case c.check != nil:
+			// In step up to here: the replies held back, all read
+			// before this one, are theirs.
+			m.checks--
+			for i, h := range m.held {
+				if !h.gone {
+					h.ch <- struct{}{}
+				}
+				m.held[i] = nil
+			}
+			m.held = m.held[:0]
+		case c.gone:
 			now := time.Now()
 			m.r.lastLate.Store(&late{at: now, rtt: now.Sub(c.sent)})
-		} else {
+		case m.checks > 0:
+			c.reply, c.err = reply, err
+			m.held = append(m.held, c)
+		default:
 			c.reply, c.err = reply, err
 			c.ch <- struct{}{}
 		}
@@ -218,6 +285,17 @@ func (m *mux) read() {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// inStep reports whether reply, read while checks are due, can be c's:
+// a check's own token in a check's place, and no check's token in a
+// command's place. m.mu is held.
+func (m *mux) inStep(c *muxCall, reply any) bool {
+	b, _ := reply.([]byte)
+	if c.check != nil {
+		return bytes.Equal(b, c.check)
+	}
+	return b == nil || !bytes.HasPrefix(b, []byte(m.nonce))
 }
 
 // setDeadline sets the watchdog (see read). Over TLS it bounds writes
@@ -248,14 +326,20 @@ func (m *mux) fail(err error) {
 		nc = tc.NetConn()
 	}
 	nc.Close()
+	for _, c := range m.held {
+		if !c.gone {
+			c.reply, c.err = nil, err
+			c.ch <- struct{}{}
+		}
+	}
 	for i := m.head; i < len(m.queue); i++ {
-		if c := m.queue[i]; !c.gone {
+		if c := m.queue[i]; !c.gone && c.check == nil {
 			c.err = err
 			c.ch <- struct{}{}
 		}
 		m.queue[i] = nil
 	}
-	m.queue, m.head = nil, 0
+	m.queue, m.head, m.held, m.checks = nil, 0, nil, 0
 }
 
 // close breaks the connection for Close.
@@ -264,6 +348,10 @@ func (m *mux) close() {
 	m.fail(ErrClosed)
 	m.mu.Unlock()
 }
+
+// checkPrefix starts every check's token: a check's PING names the
+// library, the connection's random part and the check's number.
+const checkPrefix = "redlock-mux-check:"
 
 // appendCommand appends cmd and args to b as a RESP array of bulk
 // strings, formatting arguments as redigo does for the types the node
@@ -359,6 +447,9 @@ func (r *Redis) callMux(ctx context.Context, start time.Time, op string, s *scri
 			src[0] = s.src
 			reply, err = m.do(ctx, start, "EVAL", src)
 		}
+		if s != nil && err == nil {
+			r.ran()
+		}
 		return reply, r.fail(op, err)
 	}
 }
@@ -402,7 +493,7 @@ func (r *Redis) dialMux(d *muxDialing) {
 	r.muxMu.Lock()
 	if err == nil {
 		_, isTLS := nc.(*tls.Conn)
-		d.m = &mux{r: r, nc: nc, rc: rc, tls: isTLS}
+		d.m = &mux{r: r, nc: nc, rc: rc, tls: isTLS, nonce: checkPrefix + rand.Text()}
 		if r.closed.Load() {
 			d.m.close() // Close ran during the dial: its calls fail ErrClosed
 		} else {

@@ -149,12 +149,17 @@ func TestMultiplexUnaskedReplyWhileIdle(t *testing.T) {
 	var conns atomic.Int32
 	addr := redistest.Serve(t, func(c net.Conn) {
 		first := conns.Add(1) == 1
-		buf := make([]byte, 4096)
+		br := bufio.NewReader(c)
 		for {
-			if _, err := c.Read(buf); err != nil {
+			args, err := readCommand(br)
+			if err != nil {
 				return
 			}
-			if _, err := c.Write([]byte("$-1\r\n")); err != nil { // SET ... NX GET: set
+			reply := "$-1\r\n" // SET ... NX GET: set
+			if args[0] == "EVALSHA" {
+				reply = "+OK\r\n" // acquire.lua: set (the first acquire on a connection)
+			}
+			if _, err := c.Write([]byte(reply)); err != nil {
 				return
 			}
 			if first {
@@ -241,9 +246,16 @@ func TestMultiplexWatchdogFromSend(t *testing.T) {
 				time.Sleep(150 * time.Millisecond)
 				c.Write([]byte("+OK\r\n"))
 				continue
+			case args[0] == "PING": // the check behind a call that gave up
+				c.Write([]byte(fmt.Sprintf("$%d\r\n%s\r\n", len(args[1]), args[1])))
+				continue
 			case first:
 				first = false
 				time.Sleep(100 * time.Millisecond)
+			}
+			if args[0] == "EVALSHA" {
+				c.Write([]byte("+OK\r\n")) // acquire.lua: set (the first acquire on a connection)
+				continue
 			}
 			c.Write([]byte("$-1\r\n"))
 		}
@@ -262,4 +274,81 @@ func TestMultiplexWatchdogFromSend(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, node.Done, res.Status)
 	<-first // past its own deadline: dial and reply took longer than Timeout
+}
+
+// TestMultiplexLostCommandCostsTheConnection: a command lost on the way
+// while the connection stays open (a proxy that dropped its bytes) is
+// never answered, and the node's next reply would go to it: every later
+// caller would get the reply of the command before its own, or time
+// out. The check a caller that gives up sends behind its command finds
+// the replies out of step and breaks the connection: the next call gets
+// a new one, and its own reply.
+func TestMultiplexLostCommandCostsTheConnection(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		lost  bool // the first release was lost
+		conns atomic.Int32
+	)
+	addr := redistest.Serve(t, func(c net.Conn) {
+		conns.Add(1)
+		r := bufio.NewReader(c)
+		for {
+			args, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			var out string
+			switch {
+			case strings.ToUpper(args[0]) == "SET":
+				out = "$-1\r\n" // set
+			case strings.ToUpper(args[0]) == "PING":
+				out = fmt.Sprintf("$%d\r\n%s\r\n", len(args[1]), args[1])
+			case strings.ToUpper(args[0]) == "EVALSHA" && args[1] == node.LuaScripts().Acquire.Hash:
+				out = "+OK\r\n" // set (the first acquire on a connection is the script)
+			case strings.ToUpper(args[0]) == "EVALSHA":
+				mu.Lock()
+				drop := !lost
+				lost = true
+				mu.Unlock()
+				if drop {
+					continue // never arrived
+				}
+				out = ":1\r\n" // released
+			default:
+				out = "-ERR unexpected\r\n"
+			}
+			if _, err := c.Write([]byte(out)); err != nil {
+				return
+			}
+		}
+	})
+	r, err := node.Dial("redis://"+addr, node.Options{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	defer r.Close()
+	bg := context.Background()
+	k := node.Key{Name: "k", Token: "tok"}
+	res, err := r.Acquire(bg, &k, time.Minute, false)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	_, err = r.Release(ctx, &k, true)
+	cancel()
+	require.ErrorIs(t, err, node.ErrTimeout, "the lost release")
+	// A call sent before the check's reply came is on the connection
+	// out of step: it fails, outcome unknown, as a timeout.
+	failed := 0
+	for i := range 4 {
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		res, err = r.Release(ctx, &k, true)
+		cancel()
+		if err != nil && failed == 0 && i == 0 {
+			require.ErrorIs(t, err, node.ErrTimeout)
+			failed++
+			continue
+		}
+		require.NoError(t, err, "release %d after the lost one", i)
+		assert.Equal(t, node.Done, res.Status, "release %d after the lost one: its own reply", i)
+	}
+	assert.EqualValues(t, 2, conns.Load(), "the connection out of step was replaced, once")
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,6 +216,31 @@ func TestUnreachable(t *testing.T) {
 	defer r.Close()
 	_, err = r.Acquire(context.Background(), &node.Key{Name: "k", Token: "tok"}, time.Second, false)
 	require.ErrorIs(t, err, node.ErrUnreachable, "%v", err)
+}
+
+// TestConnectionReset: a node that resets the connection under a call
+// (ECONNRESET: it crashed, or a middlebox dropped the flow) is
+// ErrUnreachable, a kind a retry may change, on the shared connection
+// and on a pooled one.
+func TestConnectionReset(t *testing.T) {
+	addr := listen(t, func(c net.Conn) {
+		buf := make([]byte, 512)
+		if _, err := c.Read(buf); err != nil {
+			return
+		}
+		_ = c.(*net.TCPConn).SetLinger(0) // close with a RST
+		c.Close()
+	})
+	for _, pooled := range []bool{false, true} {
+		r, err := node.Dial("redis://"+addr, node.Options{Timeout: 5 * time.Second, Pooled: pooled})
+		require.NoError(t, err)
+		_, err = r.Acquire(context.Background(), &node.Key{Name: "k", Token: "tok"}, time.Second, false)
+		require.ErrorIs(t, err, syscall.ECONNRESET, "pooled %v", pooled)
+		assert.ErrorIs(t, err, node.ErrUnreachable, "pooled %v: %v", pooled, err)
+		assert.Equal(t, "unreachable", node.KindOf(err))
+		assert.False(t, node.Permanent(err))
+		require.NoError(t, r.Close())
+	}
 }
 
 func TestClosed(t *testing.T) {

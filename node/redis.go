@@ -65,7 +65,11 @@ type Options struct {
 	// deadline. On the shared connection, a reply that comes after its
 	// call gave up is read and dropped; a connection on which replies are
 	// due and none has come for Timeout is closed, and the next call
-	// dials another.
+	// dials another. A call that gives up also sends a PING behind its
+	// command, whose reply proves the replies still in step with the
+	// commands; a connection that lost a command on the way (a proxy
+	// that dropped bytes and kept the connection) is closed at that
+	// reply, the calls still on it failing with ErrTimeout.
 	Pooled bool
 }
 
@@ -173,6 +177,11 @@ type Redis struct {
 	muxConn func(ctx context.Context) (redis.Conn, net.Conn, error)
 
 	lastLate atomic.Pointer[late] // the last late reply; nil before the first
+
+	// scripted: a script has run on the node since its last connection
+	// was set up, so it runs scripts, and an acquire may be a plain SET
+	// (see Acquire).
+	scripted atomic.Bool
 }
 
 // late is when a late reply came in, and its round trip.
@@ -266,7 +275,8 @@ func New(ep Endpoint, opts Options) *Redis {
 				if err != nil {
 					return nil, err
 				}
-				lc.ready = true // AUTH and SELECT done: see lateConn
+				r.scripted.Store(false) // perhaps a restarted node: see Acquire
+				lc.ready = true         // AUTH and SELECT done: see lateConn
 				// redigo's connection implements ConnWithTimeout.
 				return &pooledConn{ConnWithTimeout: c.(redis.ConnWithTimeout), nc: lc.Conn}, nil
 			})
@@ -288,6 +298,7 @@ func New(ep Endpoint, opts Options) *Redis {
 			if err != nil {
 				return nil, nil, err
 			}
+			r.scripted.Store(false) // perhaps a restarted node: see Acquire
 			// AUTH and SELECT are done: from now on the mux keeps the
 			// deadlines, and the dial's must not stay.
 			sock.muxed = true
@@ -337,8 +348,14 @@ func (r *Redis) Close() error {
 // "set", "ours already" and "someone else's" apart (ParseSet). With
 // holderTTL it runs acquire.lua instead, which also returns the holder's
 // PTTL; so does a node older than Redis 7.0, which refuses NX with GET.
+// So does the first acquire on a new connection, until a script has run
+// there: a node that cannot run scripts (EVAL or EVALSHA renamed away,
+// an ACL without them) would take a lock by the SET that no extend or
+// release could ever act on; the script fails there instead, with
+// ErrNoScripts (or ErrAuth), a refusal for good, and sets nothing. It
+// costs no round trip more than the SET.
 func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration, holderTTL bool) (Result, error) {
-	if holderTTL || r.noSetGet.Load() {
+	if holderTTL || r.noSetGet.Load() || !r.scripted.Load() {
 		return r.acquireScript(ctx, k, ttl, holderTTL)
 	}
 	name, token := k.Boxed()
@@ -489,9 +506,10 @@ func (r *Redis) Leave(ctx context.Context, k *Key) error {
 }
 
 // AcquireShared runs acquire_shared.lua (see Sharer); a first try (not
-// wait) runs acquireAlone, and the script only when readers hold the key.
+// wait) runs acquireAlone, and the script only when readers hold the key
+// (or, as for Acquire, until a script has run on the connection).
 func (r *Redis) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error) {
-	if !wait && !r.noSetGet.Load() && !r.readersLikely(k.Name) {
+	if !wait && !r.noSetGet.Load() && r.scripted.Load() && !r.readersLikely(k.Name) {
 		res, readers, err := r.acquireAlone(ctx, k, ttl)
 		if !readers {
 			return res, err
@@ -667,7 +685,17 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 		return r.failed(conn, op, s, args, start, deadline, err)
 	}
 	conn.Close()
+	if s != nil {
+		r.ran()
+	}
 	return reply, nil
+}
+
+// ran records that a script ran on the node (see Acquire).
+func (r *Redis) ran() {
+	if !r.scripted.Load() {
+		r.scripted.Store(true)
+	}
 }
 
 // getFailed is the error of a call that got no connection: ErrTimeout
@@ -709,6 +737,7 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		var reply any
 		if reply, err = redis.DoWithTimeout(conn, left, "EVAL", src...); err == nil {
 			conn.Close()
+			r.ran()
 			return reply, nil
 		}
 	}

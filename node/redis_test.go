@@ -286,3 +286,35 @@ func TestPoolWaitIsTold(t *testing.T) {
 	assert.NotErrorIs(t, err, node.ErrPoolWait)
 	require.NoError(t, <-stalled)
 }
+
+// TestNoScriptsRefusedAtFirstUse: a node with EVAL and EVALSHA renamed
+// away would take a lock by its plain SET and never release or extend
+// it. The first acquire on a connection is the script, so that node
+// refuses it with ErrNoScripts, a refusal for good, and sets nothing —
+// on the shared connection and on a pooled one, again and again.
+func TestNoScriptsRefusedAtFirstUse(t *testing.T) {
+	url := redistest.StartArgs(t, "--rename-command", "EVAL", "", "--rename-command", "EVALSHA", "")
+	admin := redistest.Dial(t, url)
+	for _, pooled := range []bool{false, true} {
+		r, err := node.Dial(url, node.Options{Pooled: pooled})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		k := node.Key{Name: "k", Token: "tok"}
+		for range 2 {
+			res, err := r.Acquire(ctx, &k, time.Minute, false)
+			require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v", pooled)
+			assert.True(t, node.Permanent(err))
+			assert.Equal(t, node.Unknown, res.Status)
+			res, err = r.AcquireShared(ctx, &k, time.Minute, false)
+			require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v: shared", pooled)
+			assert.Equal(t, node.Unknown, res.Status)
+		}
+		_, err = r.Release(ctx, &k, true)
+		require.ErrorIs(t, err, node.ErrNoScripts, "pooled %v: release", pooled)
+		cancel()
+		n, err := admin.Do(context.Background(), "DBSIZE")
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, n, "pooled %v: the SET was not sent", pooled)
+		require.NoError(t, r.Close())
+	}
+}

@@ -456,7 +456,7 @@ func (ch *chain) reached(prev *step, err error) bool {
 	case errors.Is(err, errPrevPending):
 		return true
 	}
-	return ch.wasReached(prev) || !errors.Is(err, node.ErrUnreachable)
+	return ch.wasReached(prev) || !node.Refused(err)
 }
 
 // wasReached reads the reached flag of s, a step that has returned (nil:

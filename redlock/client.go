@@ -347,7 +347,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		w       *watches
 		o       *offer
 		perm    []int8 // per node, as refusals: what its last reply said
-		waits   int    // waits for a local holder's handoff, for their delays
+		asked   int    // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
 		ticket  int64  // this call's place in the nodes' queue for key; 0 before it has one
 		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
 		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
@@ -396,8 +396,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 				o = c.offer(key, cfg)
 			}
 			if o != nil {
-				waits++
-				d, again := cfg.retry.Backoff(waits)
+				asked++
+				d, again := cfg.retry.Backoff(asked)
 				if !giveUp.IsZero() {
 					d = max(0, min(d, giveUp.Sub(c.clk.Now())))
 				}
@@ -423,8 +423,10 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			// when this call tries the nodes (not while a lock of this
 			// client will hand the key over).
 			if w, grant = c.watchWaiting(key, cfg, true); w != nil {
-				d, _ := cfg.retry.Backoff(1)
-				_ = w.ready(ctx, c, d) // an ended ctx or Close ends the attempt
+				// Not a wait between attempts: the retry strategy is
+				// not asked (it sees each wait once, numbered from 1).
+				// A subscription confirms in a round trip.
+				_ = w.ready(ctx, c, cfg.timeout()) // an ended ctx or Close ends the attempt
 			}
 		}
 		// A fresh token per attempt, not just per Lock call: a late
@@ -451,7 +453,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return nil, attempt, qe
 		}
 		refused = true
-		d, again := cfg.retry.Backoff(attempt)
+		asked++
+		d, again := cfg.retry.Backoff(asked)
 		if !giveUp.IsZero() {
 			left := giveUp.Sub(c.clk.Now())
 			again = again && left > 0

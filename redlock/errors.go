@@ -231,9 +231,14 @@ func (e *QuorumError) Error() string {
 	b.WriteString(" ")
 	b.WriteString(strconv.Quote(e.Key))
 	b.WriteString(": ")
-	if e.sentinel != nil {
+	switch refused := e.refused(); {
+	case e.sentinel != nil:
 		b.WriteString(strings.TrimPrefix(e.sentinel.Error(), "redlock: "))
-	} else {
+	case len(e.Replies)-refused < e.Need:
+		// Not unknown: those nodes refused the command, and no retry
+		// makes a quorum without them.
+		fmt.Fprintf(&b, "refused for good by %d nodes", refused)
+	default:
 		b.WriteString("outcome unknown")
 	}
 	n := e.count
@@ -259,6 +264,17 @@ func (e *QuorumError) Error() string {
 		b.WriteString(e.nodes.Error())
 	}
 	return b.String()
+}
+
+// refused counts the nodes that refused for good (node.Permanent).
+func (e *QuorumError) refused() int {
+	n := 0
+	for _, r := range e.Replies {
+		if node.Permanent(r.Err) {
+			n++
+		}
+	}
+	return n
 }
 
 // Unwrap returns the sentinel, the context's error and cause and the node

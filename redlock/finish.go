@@ -60,10 +60,13 @@ type finisher struct {
 	// watched: releases that found nothing after a command of their
 	// lock that may still run (see watchRelease), each sent again on a
 	// schedule of its own, after q's releases, and not reported at Close.
-	watched   []release
-	running   bool // a goroutine works q and watched
-	dropped   int  // releases not queued because q was full
-	abandoned []string
+	watched []release
+	running bool // a goroutine works q and watched
+	dropped int  // releases not queued because q was full
+	// abandoned counts, per key, the releases given up at Close; gaveUp
+	// lists those keys in the order they were first given up.
+	abandoned map[string]int
+	gaveUp    []string
 }
 
 // finishLater queues r on node i and starts the node's worker if none
@@ -129,7 +132,13 @@ func (c *Client) finishReleases(i int) {
 		f.watched = liveOnly(f.watched, now)
 		if len(f.q)+len(f.watched) > 0 && !closing.IsZero() && !time.Now().Before(closing) {
 			for _, r := range f.q {
-				f.abandoned = append(f.abandoned, fmt.Sprintf("%q on node[%d] %s", r.k.Name, i, nd.Addr()))
+				if f.abandoned == nil {
+					f.abandoned = make(map[string]int)
+				}
+				if f.abandoned[r.k.Name] == 0 {
+					f.gaveUp = append(f.gaveUp, r.k.Name)
+				}
+				f.abandoned[r.k.Name]++
 			}
 			f.q, f.watched = nil, nil
 		}
@@ -259,21 +268,31 @@ func (c *Client) closeGrace() time.Duration {
 }
 
 // abandoned returns Close's report of the releases left unfinished, nil
-// when none were.
+// when none were: how many, and each node and key they were for once,
+// with its count when above one (releases of many locks of one key are
+// one line, not one each).
 func (c *Client) abandoned() error {
 	var keys []string
-	dropped := 0
+	total, dropped := 0, 0
 	for i := range c.finish {
 		f := &c.finish[i]
 		f.mu.Lock()
-		keys = append(keys, f.abandoned...)
+		for _, k := range f.gaveUp {
+			n := f.abandoned[k]
+			total += n
+			line := fmt.Sprintf("%q on node[%d] %s", k, i, c.nodes[i].Addr())
+			if n > 1 {
+				line += fmt.Sprintf(" (%d releases)", n)
+			}
+			keys = append(keys, line)
+		}
 		dropped += f.dropped
 		f.mu.Unlock()
 	}
-	if len(keys) == 0 && dropped == 0 {
+	if total == 0 && dropped == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("%d unfinished (keys expire by their TTL)", len(keys))
+	msg := fmt.Sprintf("%d unfinished (keys expire by their TTL)", total)
 	if len(keys) > 0 {
 		const shown = 10
 		msg += ": " + strings.Join(keys[:min(len(keys), shown)], ", ")

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,4 +138,38 @@ func TestLoggerMayClose(t *testing.T) {
 	require.NoError(t, h.err)
 	_, err := c.TryLock(context.Background(), "k")
 	assert.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// TestAbandonedCountsPerNodeAndKey: releases of many locks of one key
+// that two nodes never finish are reported at Close once per node and
+// key, with their count, not once per release.
+func TestAbandonedCountsPerNodeAndKey(t *testing.T) {
+	const locks = 30
+	fakes, _, c := setup(t, 5)
+	for _, f := range fakes[:2] {
+		f.setBefore(func(_ context.Context, op string) error {
+			if op == "release" {
+				// The release runs and its reply is lost: a failure
+				// that may pass, queued to be finished, every time.
+				f.mu.Lock()
+				delete(f.keys, "k")
+				f.mu.Unlock()
+				return errInjected
+			}
+			return nil
+		})
+	}
+	ctx := context.Background()
+	for range locks {
+		l, err := c.TryLock(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	err := c.Close()
+	require.ErrorIs(t, err, redlock.ErrAbandoned)
+	msg := err.Error()
+	assert.Contains(t, msg, "60 unfinished")
+	assert.Equal(t, 1, strings.Count(msg, `"k" on node[0] fake0:6379 (30 releases)`), msg)
+	assert.Equal(t, 1, strings.Count(msg, `"k" on node[1] fake1:6379 (30 releases)`), msg)
+	assert.NotContains(t, msg, "more", msg)
 }

@@ -33,6 +33,9 @@ type Lock struct {
 	// ch is the lock's command chain: its commands are issued by the
 	// attempt that made the lock, then by whoever holds op.
 	ch chain
+	// reseed is the last re-seed round sent (see extend), nil before
+	// the first; owned by whoever holds op.
+	reseed *round
 
 	// For a lock a grant made valid for less than its TTL, set by
 	// Client.granted before the Lock is handed out (nil otherwise): the
@@ -149,13 +152,16 @@ func (l *Lock) left() time.Duration {
 // the current validity ran out. On success, nodes that answered that the
 // key is absent (restarted empty, say) get it back by SET NX PX ttl, in
 // the background: the holder's margin is restored, and NX never takes a
-// key that another holder set (docs/DESIGN.md, "Re-seeding"). Until then moves to the start of the call
+// key that another holder set (docs/DESIGN.md, "Re-seeding"); one re-seed
+// per lock runs at a time, and an Extend while one is out sends none.
+// Until then moves to the start of the call
 // plus ttl minus drift, which leaves a validity of ttl minus the call's
 // duration minus drift — also when ttl is shorter than what was left.
 //
 // Errors: ErrNotHeld when the lock had expired, was unlocked, or a
 // majority no longer holds the token; ErrInvalid for a ttl that is not a
-// positive whole number of milliseconds above the node timeout; ErrClosed
+// positive whole number of milliseconds above the node timeout, or that
+// is too short ever to be valid (see WithTTL); ErrClosed
 // after the client's Close; otherwise a *QuorumError without a sentinel
 // (nodes failed or ctx ended), after which the lock still holds until
 // Until() — which never moves later on failure, but moves earlier if the
@@ -171,7 +177,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNilLock
 	}
-	if err := checkTTL(ttl); err != nil {
+	if err := checkTTL(ttl, l.drift); err != nil {
 		return err
 	}
 	if ttl <= l.ch.timeout {
@@ -232,8 +238,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		// majority has decided (a new connection, a script to load), so
 		// a reseed is queued whenever an answer was still out; it calls
 		// only the nodes whose extend ends up Absent (round.passes).
-		if t.Absent > 0 || t.Pending > 0 {
-			l.ch.send(ctx, command{op: "reseed", ttl: ttl})
+		// One at a time: a node that never answers holds each reseed
+		// for a node timeout, and extends in a row would otherwise pile
+		// one up per Extend; the next Extend after it ends sends one.
+		if (t.Absent > 0 || t.Pending > 0) && (l.reseed == nil || l.reseed.left.Load() == 0) {
+			l.reseed = l.ch.send(ctx, command{op: "reseed", ttl: ttl})
 		}
 		return nil
 	}

@@ -78,8 +78,14 @@ func clientOnly(name string, set func(*config)) Option {
 
 // WithTTL sets how long a lock lives on the nodes unless extended.
 // Default 10s (DefaultTTL). Unless a node timeout is set, the per-node
-// timeout is derived from it. Must be > 0 and a whole number of
-// milliseconds (Redis' PX unit).
+// timeout is derived from it. Must be a whole number of milliseconds
+// (Redis' PX unit) and long enough that a lock taken with it can ever be
+// valid: above its drift allowance (TTL×factor + 2ms, see
+// WithDriftFactor) plus 1ms, the floor this package counts for a node
+// call (Redis' expiry precision). That is TTL×(1−factor) > 3ms: at
+// least 4ms with the default drift factor, and never more than 7ms. A
+// shorter TTL is ErrInvalid, at New and Dial and for one call, and
+// nothing is sent.
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithDriftFactor sets the share of the TTL given up for clock drift
@@ -208,12 +214,13 @@ func (c *config) maxTimeout() time.Duration {
 
 // check validates everything but the node list.
 func (c *config) check() error {
-	if err := checkTTL(c.ttl); err != nil {
+	if c.driftFactor < 0 || c.driftFactor >= 0.5 || c.driftFactor != c.driftFactor {
+		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, c.driftFactor)
+	}
+	if err := checkTTL(c.ttl, c.driftFactor); err != nil {
 		return err
 	}
 	switch {
-	case c.driftFactor < 0 || c.driftFactor >= 0.5 || c.driftFactor != c.driftFactor:
-		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, c.driftFactor)
 	case c.nodeTimeout < 0:
 		return fmt.Errorf("%w: node timeout must be > 0 (or 0 for the default), got %v", ErrInvalid, c.nodeTimeout)
 	case c.quorum < 0:
@@ -234,17 +241,37 @@ func (c *config) check() error {
 	return nil
 }
 
-// checkTTL accepts a TTL of at least 1 ms in whole milliseconds: Redis
-// takes PX in milliseconds, and a TTL rounded down on its way to the node
-// would make keys expire before the validity computed from it.
-func checkTTL(ttl time.Duration) error {
+// nodeCallFloor is the least time this package counts for a round of
+// node calls when it decides whether a TTL can ever give a lock: Redis
+// expires keys to the millisecond, and no round trip to a node is free.
+const nodeCallFloor = time.Millisecond
+
+// checkTTL accepts a TTL in whole milliseconds that can give a positive
+// validity with drift factor f: Redis takes PX in milliseconds, and a
+// TTL rounded down on its way to the node would make keys expire before
+// the validity computed from it; a TTL within its drift allowance plus
+// nodeCallFloor would be refused by every attempt after writing its keys.
+func checkTTL(ttl time.Duration, f float64) error {
 	switch {
 	case ttl <= 0:
 		return fmt.Errorf("%w: TTL must be > 0, got %v", ErrInvalid, ttl)
 	case ttl%time.Millisecond != 0:
 		return fmt.Errorf("%w: TTL must be a whole number of milliseconds (Redis PX), got %v", ErrInvalid, ttl)
+	case clock.Validity(ttl, nodeCallFloor, f) <= 0:
+		return fmt.Errorf("%w: TTL %v can never be valid: it must exceed its drift allowance %v plus %v for the node calls (at least %v with drift factor %v)",
+			ErrInvalid, ttl, clock.Drift(ttl, f), nodeCallFloor, minTTL(f), f)
 	}
 	return nil
+}
+
+// minTTL is the shortest TTL checkTTL accepts with drift factor f (f in
+// [0, 0.5): at most 7ms, as TTL×(1−f) > 3ms).
+func minTTL(f float64) time.Duration {
+	ttl := time.Millisecond
+	for clock.Validity(ttl, nodeCallFloor, f) <= 0 {
+		ttl += time.Millisecond
+	}
+	return ttl
 }
 
 // defaultNodeTimeout is the node timeout for ttl when none is set: TTL/200

@@ -76,3 +76,51 @@ func TestClientOptionOnOneLock(t *testing.T) {
 	assert.Equal(t, time.Minute-time.Minute/50-2*time.Millisecond, l.TTL(), "the call's TTL and drift factor")
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestTTLTooShortEverToBeValid: a TTL within its drift allowance (TTL×f
+// + 2ms) plus the 1ms floor of a node call can never give a positive
+// validity; it is ErrInvalid at Dial and New, for one call and for an
+// Extend, and nothing is sent. With the default drift factor 4ms is the
+// least accepted; with a factor of 0.49, 6ms.
+func TestTTLTooShortEverToBeValid(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	urls := []string{"redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"}
+	for _, ttl := range []time.Duration{time.Millisecond, 3 * time.Millisecond} {
+		c, err := redlock.Dial(urls, redlock.WithTTL(ttl))
+		assert.Nil(t, c)
+		require.ErrorIs(t, err, redlock.ErrInvalid, "Dial, TTL %v", ttl)
+		assert.Contains(t, err.Error(), "can never be valid")
+		c, err = redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithTTL(ttl))
+		assert.Nil(t, c)
+		require.ErrorIs(t, err, redlock.ErrInvalid, "New, TTL %v", ttl)
+	}
+	_, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithTTL(5*time.Millisecond), redlock.WithDriftFactor(0.49))
+	require.ErrorIs(t, err, redlock.ErrInvalid, "5ms with drift factor 0.49")
+	c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithTTL(6*time.Millisecond), redlock.WithDriftFactor(0.49))
+	require.NoError(t, err, "6ms with drift factor 0.49")
+	require.NoError(t, c.Close())
+
+	c, err = redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithTTL(4*time.Millisecond))
+	require.NoError(t, err, "4ms, the least with the default drift factor")
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k", redlock.WithTTL(3*time.Millisecond))
+	assert.Nil(t, l)
+	require.ErrorIs(t, err, redlock.ErrInvalid, "one call's TTL")
+	l, err = c.Lock(ctx, "k", redlock.WithTTL(2*time.Millisecond))
+	assert.Nil(t, l)
+	require.ErrorIs(t, err, redlock.ErrInvalid, "one Lock call's TTL")
+	for _, f := range fakes {
+		assert.Zero(t, f.count("acquire"), "a refused call sends nothing")
+	}
+	// The fake clock stands still: a 4ms lock stays valid, and its node
+	// timeout (a quarter of its TTL, 1ms) is below 3ms.
+	l, err = c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.ErrorIs(t, l.Extend(ctx, 3*time.Millisecond), redlock.ErrInvalid, "an Extend's TTL")
+	for _, f := range fakes {
+		assert.Zero(t, f.count("extend"), "a refused Extend sends nothing")
+	}
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -981,6 +982,36 @@ func TestSilentNodeBuildsNoChain(t *testing.T) {
 	// A chain would take at least extends × timeout (2 s); the bound is
 	// half that, so scheduling noise cannot make this pass or fail.
 	assert.Less(t, time.Since(last), extends/2*timeout, "calls queued behind the silent node")
+}
+
+// TestSilentNodeReseedsOnce: every Extend that returns with a silent
+// node's answer still out queues a re-seed of the nodes that answer
+// "absent" (see Lock.Extend), which waits for that answer. At most one
+// re-seed per lock is in flight: extends in a row against a node that
+// never answers hold one goroutine each on it until the round's deadline,
+// and the re-seeds add at most one more, not one per Extend. (A count,
+// not a time: with the node timeout of a second, the goroutines are
+// counted long before any has ended, on the slowest machine too.)
+func TestSilentNodeReseedsOnce(t *testing.T) {
+	const extends = 300
+	ctx := context.Background()
+	fakes, _, c := setup(t, 3, redlock.WithNodeTimeout(time.Second))
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(fakes, "k", l.Token()) == 3 }, 5*time.Second, time.Millisecond)
+	fakes[2].setBefore(func(ctx context.Context, _ string) error {
+		<-ctx.Done() // silent: every call ends at its deadline
+		return ctx.Err()
+	})
+	before := runtime.NumGoroutine()
+	for range extends {
+		require.NoError(t, l.Extend(ctx, time.Minute))
+	}
+	grown := runtime.NumGoroutine() - before
+	t.Logf("%d extends with a silent node: %d more goroutines", extends, grown)
+	assert.LessOrEqual(t, grown, extends+10, "one goroutine per extend on the silent node, and at most one re-seed")
+	fakes[2].setBefore(nil) // it answers again: the calls still out end at their deadline
+	require.NoError(t, l.Unlock(ctx))
 }
 
 // TestTTLDoesNotWaitForExtend: TTL answers while an Extend waits on the

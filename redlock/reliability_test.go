@@ -276,3 +276,34 @@ func TestLateRefusalsStillEndLock(t *testing.T) {
 		f.restart("k")
 	}
 }
+
+// TestPermanentRefusalIsNoUnknownOutcome: an Extend or Unlock that a
+// majority refuses for good (here their scripts are gone: EVAL renamed
+// after the acquire) did not happen there, and no retry makes it happen:
+// the error says so instead of "outcome unknown", and names the kind.
+func TestPermanentRefusalIsNoUnknownOutcome(t *testing.T) {
+	fakes, _, c := setup(t, 5)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	for _, f := range fakes[:3] {
+		f.setBefore(func(_ context.Context, op string) error {
+			if op == "extend" || op == "release" {
+				return node.ErrNoScripts
+			}
+			return nil
+		})
+	}
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, node.ErrNoScripts)
+	assert.Contains(t, err.Error(), "refused for good by 3 nodes")
+	assert.NotContains(t, err.Error(), "outcome unknown")
+	err = l.Unlock(ctx)
+	require.ErrorIs(t, err, node.ErrNoScripts)
+	assert.Contains(t, err.Error(), "refused for good by 3 nodes")
+	for _, f := range fakes[:3] {
+		f.mu.Lock()
+		clear(f.keys) // expired, as their TTL would
+		f.mu.Unlock()
+	}
+}

@@ -9,8 +9,12 @@ import (
 // attempt. Implementations must be safe for concurrent use; the ones in
 // this package are stateless.
 type RetryStrategy interface {
-	// Backoff is called after failed attempt number attempt (1-based). It
-	// returns the delay before the next attempt, and false to give up.
+	// Backoff is called before each wait of a Lock call: after a failed
+	// attempt, or while a lock of the same client holds the key and the
+	// call waits for its handoff. attempt numbers those waits: 1 for the
+	// first, then 2, 3..., each once, so that without handoffs it is the
+	// number of attempts made. It returns the delay before the next
+	// attempt, and false to give up.
 	Backoff(attempt int) (time.Duration, bool)
 }
 

@@ -294,3 +294,52 @@ func TestNotificationsOff(t *testing.T) {
 	defer ws[0].wmu.Unlock()
 	assert.Zero(t, ws[0].watched["k"])
 }
+
+// TestRetryStrategySeesEachAttemptOnce: a RetryStrategy is asked once
+// per wait, numbered 1, 2, 3... — also by a Lock call on a key this
+// client found contended, which subscribes and queues before its first
+// attempt (it used to ask for attempt 1 there too: [1 1 2 3 4 5]).
+func TestRetryStrategySeesEachAttemptOnce(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		asked []int
+	)
+	ws, clk, c := wakeSetup(t, redlock.WithRetry(redlock.RetryFunc(func(attempt int) (time.Duration, bool) {
+		mu.Lock()
+		asked = append(asked, attempt)
+		mu.Unlock()
+		return time.Millisecond, attempt < 5
+	})))
+	for _, w := range ws {
+		w.put("k", "other", time.Hour)
+	}
+	for call := range 2 { // the second call finds the key contended
+		mu.Lock()
+		asked = nil
+		mu.Unlock()
+		errc := lockAsync(c, context.Background(), "k")
+		var err error
+		for done := false; !done; {
+			select {
+			case err = <-errc:
+				done = true
+			default:
+				if clk.Waiters() > 0 {
+					clk.Advance(time.Second)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe, "call %d", call)
+		assert.Equal(t, 5, qe.Attempts, "call %d", call)
+		mu.Lock()
+		assert.Equal(t, []int{1, 2, 3, 4, 5}, asked, "call %d", call)
+		mu.Unlock()
+	}
+	for _, w := range ws {
+		w.mu.Lock()
+		delete(w.keys, "k")
+		w.mu.Unlock()
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -253,6 +254,35 @@ func (c *Cluster) Latency(i int, d time.Duration) error {
 func (c *Cluster) Blackhole(i int) error {
 	return c.toxic(i, `{"name":"blackhole","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`)
 }
+
+// Drop makes node i accept connections and lose everything sent to it,
+// as Blackhole does, but Heal keeps the connections open: what was sent
+// meanwhile stays lost and later commands get through again on the same
+// connections (a middlebox that dropped bytes without ending the flow).
+// Blackhole's healing closes them.
+func (c *Cluster) Drop(i int) error {
+	return c.toxic(i, `{"name":"drop","type":"drop","stream":"upstream","attributes":{}}`)
+}
+
+// dropToxic loses every chunk of data, like toxiproxy's timeout toxic
+// with no timeout, without closing the connection when it is removed.
+type dropToxic struct{}
+
+func (dropToxic) Pipe(stub *toxics.ToxicStub) {
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+		}
+	}
+}
+
+func init() { toxics.Register("drop", new(dropToxic)) }
 
 // ResetPeer makes node i reset every connection at once (RST).
 func (c *Cluster) ResetPeer(i int) error {
