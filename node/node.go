@@ -256,13 +256,15 @@ type Node interface {
 // redlock's watched releases). It lives beside the lock key, so an ACL
 // key pattern that covers one covers the other, and expires by itself.
 //
-// The assumption: a command sent to a node runs there, if at all,
-// within the tombstone's life (the client sends the key's TTL and two
-// node timeouts from when the command was sent). Nothing in TCP or Redis
-// bounds it: a timed-out command is already in the socket when the
-// client gives up and closes its connection, and a paused or starved
-// server runs it whenever it reads it. One later than that sets a key
-// that blocks the lock for one TTL, as a holder that died would.
+// A tombstone is for a command that runs late: nothing in TCP or Redis
+// bounds how late. A timed-out command is already in the socket when
+// the client gives up (closing the connection does not take it back),
+// and a paused or starved server runs it whenever it reads it. The
+// caller chooses Tomb, and renews it while it cares (redlock: until the
+// key that command could set would have expired, the TTL and two node
+// timeouts after it was sent); a command that runs after the last
+// tombstone has gone sets a key that blocks the lock for one TTL, as a
+// holder that died would.
 func TombKey(key, token string) string { return key + ":dead:" + token }
 
 // ReleaseChannel is the pub/sub channel on which a release of key is

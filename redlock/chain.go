@@ -409,7 +409,7 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 	case "release": // a waiting attempt's rollback, or one after a command that may run late
 		rk := *k
 		if prev != nil && runsLate(prev.err) {
-			rk.Tomb = r.ch.c.tomb(r.expires)
+			rk.Tomb = r.ch.c.tomb(i, r.expires)
 		}
 		if cmd.requeue == 0 {
 			return n.Release(ctx, &rk, cmd.announce)

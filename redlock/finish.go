@@ -194,7 +194,7 @@ func (c *Client) finishReleases(i int) {
 			// After a command that may still run (r.after has returned,
 			// see above): a tombstone where the token is not found.
 			k := r.k
-			k.Tomb = c.tomb(r.until)
+			k.Tomb = c.tomb(i, r.until)
 			res, err = nd.Release(ctx, &k, r.announce)
 		default:
 			res, err = nd.Release(ctx, &r.k, r.announce)
@@ -310,14 +310,19 @@ func (r *round) retryRelease(i int, err error) {
 	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
 }
 
-// tomb is the node.Key.Tomb of a release after a command that may still
-// run late on the node (runsLate), and whose key would have expired by
-// until (a chain's expires: the TTL and two node timeouts after the
-// command was sent): the tombstone lives as long as the watched release
-// (see watchRelease) goes on, the bound this client assumes for a late
-// command (node.TombKey); at least a millisecond.
-func (c *Client) tomb(until time.Time) time.Duration {
-	return max(until.Sub(c.clk.Now()), time.Millisecond)
+// tomb is the node.Key.Tomb of a release on node i after a command that
+// may still run late there (runsLate), and whose key would have expired
+// by until (a chain's expires: the TTL and two node timeouts after the
+// command was sent). Such a release that finds no token of the lock is
+// watched until then (see watchRelease), each try renewing the
+// tombstone, so it lasts to the next try: the longest wait between
+// tries and a node timeout for the try itself, and no longer than
+// until. While the client lives, a late script finds one through the
+// whole window; once its watch ends (until, Close, the process gone),
+// the tombstone is gone within that much, and does not linger as a key
+// per rolled-back attempt for a TTL.
+func (c *Client) tomb(i int, until time.Time) time.Duration {
+	return max(min(until.Sub(c.clk.Now()), watchMax+c.nodeTimeout(i)), time.Millisecond)
 }
 
 // runsLate reports whether a node call that failed with err may still
@@ -340,9 +345,9 @@ func runsLate(err error) bool {
 // queued releases, while it finds no token of the lock, until the key
 // that command could set would have expired (r.expires: its TTL and two
 // node timeouts from when it was sent; a command held longer than that
-// leaves its key for a TTL). Every try leaves a tombstone where it finds
-// no token (see Client.tomb), which stops a late script at once; the
-// tries are for a late plain SET NX, which cannot read one: another
+// leaves its key for a TTL). Every try leaves or renews a tombstone where
+// it finds no token (see Client.tomb), which stops a late script at once;
+// the tries are for a late plain SET NX, which cannot read one: another
 // token there does not end the watch, since the SET lands once that key
 // is gone (its holder's Unlock), and it costs the key at most one wait
 // between tries. It ends when it finds the token (Done: it removed the
