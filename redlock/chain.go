@@ -364,10 +364,11 @@ func (r *round) timed(i int, prev *step) (node.Result, time.Duration, error) {
 // previous command there, returned (nil for the first, and for a
 // release sent ahead of it, see early): a release after one that may
 // still run (runsLate) leaves a tombstone where it finds no token of the
-// lock (see Client.tomb). It runs near the bottom of every call's goroutine, under the driver's frames: the plain
-// acquire and the release are called from here, the rest from doRare, so
-// that the goroutine fits the stack it starts with (a stack copied to a
-// larger one on every call cost the uncontended cycle a sixth of its CPU).
+// lock (see Client.tomb). It runs near the bottom of every call's
+// goroutine, under the driver's frames: the plain acquire and the
+// release are called from here, the rest from doRare, so that the
+// goroutine fits the stack it starts with (a stack copied to a larger
+// one on every call cost the uncontended cycle a sixth of its CPU).
 func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) {
 	if cmd := &r.cmd; !r.ch.shared {
 		switch {

@@ -47,7 +47,7 @@ if tag == "" then
   elseif v then
     return redis.call("PTTL", key)
   elseif redis.call("EXISTS", key .. ":dead:" .. token) == 1 then
-    return -2 -- a tombstone: see below
+    return -2 -- a tombstone: see above
   end
   redis.call("SET", key, token, "PX", ttl)
   return {ok = "OK"}
@@ -63,7 +63,7 @@ if v == token or v == "~" .. tag or (v == grant and grant ~= "") then
   if v == token then
     redis.call("PEXPIRE", key, ttl)
   elseif redis.call("EXISTS", key .. ":dead:" .. token) == 1 then
-    return {redis.call("PTTL", key), tonumber(ARGV[5]) or 0} -- a tombstone: see below
+    return {redis.call("PTTL", key), tonumber(ARGV[5]) or 0} -- a tombstone: see above
   else
     redis.call("SET", key, token, "PX", ttl)
     -- As queue_join would: the counter reaches the caller's ticket, so
