@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,10 +27,12 @@ type lateNode struct {
 	*node.Redis
 	mu       sync.Mutex
 	hold     func(op string, holderTTL bool) bool // under mu: hold this call
-	held     []func()                             // the held commands, to run late
+	held     []func() node.Status                 // the held commands, to run late
 	heldTok  []string                             // their tokens (the successor's, for a transfer)
 	gate     chan struct{}                        // nil: open
-	released map[string]node.Status               // token: its last release's answer
+	timedOut map[string]bool                      // token: its held command's call has returned
+	released map[string]node.Status               // token: its last release's answer, after its held call returned
+	tombs    map[string]time.Duration             // token: the Key.Tomb that release asked for
 }
 
 func newLateNodes(t *testing.T, urls []string) []*lateNode {
@@ -39,7 +42,7 @@ func newLateNodes(t *testing.T, urls []string) []*lateNode {
 		r, err := node.Dial(u, node.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Close() }) // a client made by New does not close its nodes
-		ns = append(ns, &lateNode{Redis: r, released: map[string]node.Status{}})
+		ns = append(ns, &lateNode{Redis: r, timedOut: map[string]bool{}, released: map[string]node.Status{}, tombs: map[string]time.Duration{}})
 	}
 	return ns
 }
@@ -55,7 +58,7 @@ func asRedlockNodes(ns []*lateNode) []node.Node {
 // take reports whether the call is held, recording run for runLate and
 // closing the gate for the acquires after it; otherwise it waits for
 // the gate.
-func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token string, run func()) (held bool, err error) {
+func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token string, run func() node.Status) (held bool, err error) {
 	n.mu.Lock()
 	if n.hold != nil && n.hold(op, holderTTL) {
 		n.held, n.heldTok = append(n.held, run), append(n.heldTok, token)
@@ -64,6 +67,9 @@ func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token st
 		}
 		n.mu.Unlock()
 		<-ctx.Done()
+		n.mu.Lock()
+		n.timedOut[token] = true
+		n.mu.Unlock()
 		return true, &node.Error{Addr: n.Addr(), Op: op, Kind: node.ErrTimeout}
 	}
 	gate := n.gate
@@ -80,8 +86,9 @@ func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token st
 
 func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	kc := *k
-	held, err := n.take(ctx, "acquire", holderTTL, k.Token, func() {
-		_, _ = n.Redis.Acquire(context.Background(), &kc, ttl, holderTTL)
+	held, err := n.take(ctx, "acquire", holderTTL, k.Token, func() node.Status {
+		res, _ := n.Redis.Acquire(context.Background(), &kc, ttl, holderTTL)
+		return res.Status
 	})
 	if held || err != nil {
 		return node.Result{}, err
@@ -91,8 +98,9 @@ func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, 
 
 func (n *lateNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
 	fc, tc := *from, *to
-	held, err := n.take(ctx, "transfer", false, to.Token, func() {
-		_, _ = n.Redis.Transfer(context.Background(), &fc, &tc, ttl)
+	held, err := n.take(ctx, "transfer", false, to.Token, func() node.Status {
+		res, _ := n.Redis.Transfer(context.Background(), &fc, &tc, ttl)
+		return res.Status
 	})
 	if held || err != nil {
 		return node.Result{}, err
@@ -102,16 +110,19 @@ func (n *lateNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Du
 
 func (n *lateNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	res, err := n.Redis.Release(ctx, k, announce)
-	if err == nil {
-		n.mu.Lock()
-		n.released[k.Token] = res.Status
-		n.mu.Unlock()
+	n.mu.Lock()
+	if err == nil && (n.timedOut[k.Token] || !slices.Contains(n.heldTok, k.Token)) {
+		// (A release sent ahead of its acquire, before the call
+		// returned, is sent again after it: that one counts.)
+		n.released[k.Token], n.tombs[k.Token] = res.Status, k.Tomb
 	}
+	n.mu.Unlock()
 	return res, err
 }
 
 // rolledBack reports whether every held command's token has been
-// released on the node since (its rollback ran first).
+// released on the node since its call returned (its rollback ran
+// first).
 func (n *lateNode) rolledBack() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -123,15 +134,32 @@ func (n *lateNode) rolledBack() bool {
 	return len(n.heldTok) > 0
 }
 
-// runLate runs the held commands on the node now, and stops holding.
-func (n *lateNode) runLate() {
+// tombOf returns the Key.Tomb of token's last release on the node.
+func (n *lateNode) tombOf(token string) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tombs[token]
+}
+
+// releasedAs returns the answer to token's last release on the node.
+func (n *lateNode) releasedAs(token string) node.Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.released[token]
+}
+
+// runLate runs the held commands on the node now, stops holding, and
+// returns their answers.
+func (n *lateNode) runLate() []node.Status {
 	n.mu.Lock()
 	held := n.held
 	n.held, n.hold = nil, nil
 	n.mu.Unlock()
+	var out []node.Status
 	for _, run := range held {
-		run()
+		out = append(out, run())
 	}
+	return out
 }
 
 // lateTokens returns the tokens of the held commands.
@@ -197,6 +225,52 @@ func keysLeft(t *testing.T, a *redistest.Admin, key string) []string {
 	return left
 }
 
+// everywhere waits until the key holds token on every node: a lock's
+// call returns at a majority, and its straggler lands a moment later.
+func everywhere(t *testing.T, admins []*redistest.Admin, key, token string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, ad := range admins {
+			if getKey(t, ad, key) != token {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the key on every node")
+}
+
+// liveHolds asserts that the key holds token on a majority of the
+// nodes, and no held command's token anywhere.
+func liveHolds(t *testing.T, ns []*lateNode, admins []*redistest.Admin, key, token string) {
+	t.Helper()
+	held := 0
+	for i, ad := range admins {
+		v := getKey(t, ad, key)
+		if v == token {
+			held++
+		}
+		for _, n := range ns {
+			assert.NotContains(t, n.lateTokens(), v, "node %d: a late command's token", i)
+		}
+	}
+	assert.GreaterOrEqual(t, held, 2, "the live lock holds the key on a majority")
+}
+
+// noKeysLeft waits until no key is left on any node but tombstones of
+// key, which it deletes: a grant to the waiter on a node it did not
+// need lapses by itself within node.GrantTTL.
+func noKeysLeft(t *testing.T, admins []*redistest.Admin, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, ad := range admins {
+			if len(keysLeft(t, ad, key)) > 0 {
+				return false
+			}
+		}
+		return true
+	}, node.WaiterLease+time.Second, 20*time.Millisecond, "keys left")
+}
+
 func getKey(t *testing.T, a *redistest.Admin, key string) string {
 	t.Helper()
 	v, err := a.Do(context.Background(), "GET", key)
@@ -220,7 +294,7 @@ const (
 func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL))
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
 	require.NoError(t, err)
 	defer a.Close()
 	ns := newLateNodes(t, urls)
@@ -231,6 +305,7 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 
 	holder, err := a.TryLock(ctx, "k")
 	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
 	// The waiter's second waiting attempt is held on nodes 1 and 2; its
 	// first registered it there, so the Unlock hands the key on to it.
 	waiting := map[*lateNode]int{}
@@ -261,8 +336,9 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 		v := getKey(t, admins[i], "k")
 		require.True(t, strings.HasPrefix(v, "~"), "node %d: the Unlock handed the key on to the waiter (%q)", i, v)
 	}
-	ns[1].runLate()
-	ns[2].runLate()
+	for i := 1; i < 3; i++ {
+		assert.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the late command is refused", i)
+	}
 	notLate(t, ns, admins, "k")
 	opened := time.Now()
 	ns[1].open()
@@ -275,15 +351,11 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	}
 	require.NoError(t, g.err, "the waiter gets the lock")
 	assert.Less(t, g.at.Sub(opened), tombTimeout+500*time.Millisecond, "within a node timeout and a round trip, not a TTL")
-	for i, ad := range admins {
-		assert.Equal(t, g.l.Token(), getKey(t, ad, "k"), "node %d: the live lock holds the key", i)
-	}
+	liveHolds(t, ns, admins, "k", g.l.Token())
 	require.NoError(t, g.l.Unlock(ctx))
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
-	for i, ad := range admins {
-		assert.Empty(t, keysLeft(t, ad, "k"), "node %d: keys left", i)
-	}
+	noKeysLeft(t, admins, "k")
 }
 
 // TestLateTransferAfterRollback (issue 43): a local handoff's transfer
@@ -302,6 +374,7 @@ func TestLateTransferAfterRollback(t *testing.T) {
 
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
 	type got struct {
 		l   *redlock.Lock
 		err error
@@ -324,8 +397,9 @@ func TestLateTransferAfterRollback(t *testing.T) {
 	go func() { unlocked <- holder.Unlock(ctx) }()
 	rolledBack()
 	require.NoError(t, <-unlocked)
-	ns[1].runLate()
-	ns[2].runLate()
+	for i := 1; i < 3; i++ {
+		assert.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the late command is refused", i)
+	}
 	notLate(t, ns, admins, "k")
 	opened := time.Now()
 	ns[1].open()
@@ -338,14 +412,10 @@ func TestLateTransferAfterRollback(t *testing.T) {
 	}
 	require.NoError(t, g.err, "the local waiter gets the lock")
 	assert.Less(t, g.at.Sub(opened), tombTimeout+500*time.Millisecond, "within a node timeout and a round trip, not a TTL")
-	for i, ad := range admins {
-		assert.Equal(t, g.l.Token(), getKey(t, ad, "k"), "node %d: the live lock holds the key", i)
-	}
+	liveHolds(t, ns, admins, "k", g.l.Token())
 	require.NoError(t, g.l.Unlock(ctx))
 	require.NoError(t, b.Close())
-	for i, ad := range admins {
-		assert.Empty(t, keysLeft(t, ad, "k"), "node %d: keys left", i)
-	}
+	noKeysLeft(t, admins, "k")
 }
 
 // TestLatePlainSetAfterRollback (issue 43): a TryLock's plain SET NX
@@ -357,7 +427,7 @@ func TestLateTransferAfterRollback(t *testing.T) {
 func TestLatePlainSetAfterRollback(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL))
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
 	require.NoError(t, err)
 	defer a.Close()
 	ns := newLateNodes(t, urls)
@@ -365,19 +435,37 @@ func TestLatePlainSetAfterRollback(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 
+	// The uncontended cycle asks for no tombstone.
+	l, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	everywhere(t, admins, "k", "") // Unlock returns at a majority
+	for i, n := range ns {
+		assert.Zero(t, n.tombOf(l.Token()), "node %d: an Unlock after an acquire that answered asks for no tombstone", i)
+	}
+
 	holder, err := a.TryLock(ctx, "k")
 	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
 	rolledBack := holdOn(t, ns, func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
 	_, err = b.TryLock(ctx, "k")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	rolledBack()
-	require.NoError(t, holder.Unlock(ctx))
-	ns[1].runLate()
-	ns[2].runLate()
-	ran := time.Now()
 	for i := 1; i < 3; i++ {
-		require.NotEmpty(t, getKey(t, admins[i], "k"), "node %d: the late SET set the key", i)
+		tok := ns[i].lateTokens()[0]
+		assert.Equal(t, node.Taken, ns[i].releasedAs(tok), "node %d: the rollback found the holder's token", i)
+		tomb := ns[i].tombOf(tok)
+		assert.Positive(t, tomb, "node %d: the rollback after a timed-out SET asks for a tombstone", i)
+		assert.LessOrEqual(t, tomb, 2*time.Second+tombTimeout, "node %d: until the watch's next try, not a TTL", i)
+		v, err := admins[i].Do(ctx, "EXISTS", node.TombKey("k", tok))
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), v, "node %d: the tombstone is there", i)
 	}
+	require.NoError(t, holder.Unlock(ctx))
+	for i := 1; i < 3; i++ {
+		require.Equal(t, []node.Status{node.Done}, ns[i].runLate(), "node %d: the late SET set the key", i)
+	}
+	ran := time.Now()
 	require.Eventually(t, func() bool {
 		for _, ad := range admins {
 			if getKey(t, ad, "k") != "" {
@@ -387,7 +475,7 @@ func TestLatePlainSetAfterRollback(t *testing.T) {
 		return true
 	}, 2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the late keys are released, not left for a TTL")
 	t.Logf("freed %v after the late SETs ran", time.Since(ran).Round(time.Millisecond))
-	l, err := a.TryLock(ctx, "k")
+	l, err = a.TryLock(ctx, "k")
 	require.NoError(t, err, "the key is free")
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, b.Close())
