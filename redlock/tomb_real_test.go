@@ -21,8 +21,8 @@ import (
 // command that timed out is still in its socket: the call answers a
 // timeout at its deadline without running it, and the test runs it on
 // the node later (runLate), after whatever the client sent since. While
-// gated, acquires wait for the gate to open (or their deadline, then
-// fail unsent), so that the test decides what runs first.
+// gated, acquires wait for the gate to open (or their deadline: a
+// timeout, never run), so that the test decides what runs first.
 type lateNode struct {
 	*node.Redis
 	mu       sync.Mutex
@@ -308,15 +308,18 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	everywhere(t, admins, "k", holder.Token())
 	// The waiter's second waiting attempt is held on nodes 1 and 2; its
 	// first registered it there, so the Unlock hands the key on to it.
-	waiting := map[*lateNode]int{}
-	var mu sync.Mutex
+	var (
+		mu      sync.Mutex
+		waiting int // waiting acquires on nodes 1 and 2, together
+	)
 	rolledBack := holdOn(t, ns, func(op string, holderTTL bool) bool {
-		return op == "acquire" && holderTTL && func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			waiting[nil]++ // counted per call, across nodes 1 and 2
-			return waiting[nil] == 3 || waiting[nil] == 4
-		}()
+		if op != "acquire" || !holderTTL {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		waiting++
+		return waiting == 3 || waiting == 4 // the second attempt's, on both
 	})
 	type got struct {
 		l   *redlock.Lock
