@@ -253,9 +253,22 @@ func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (no
 			grant = ""
 		}
 		return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner,
-			k.Ticket, node.WaiterLease.Milliseconds(), grant)
+			k.Ticket, node.WaiterLease.Milliseconds(), grant, tomb(k))
+	}
+	if k.Tomb > 0 {
+		return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner,
+			0, 0, "", tomb(k))
 	}
 	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner)
+}
+
+// tomb is release.lua's ARGV[7]: k.Tomb in milliseconds, at least 1
+// where it is set, 0 for none (see node.TombKey).
+func tomb(k *node.Key) int64 {
+	if k.Tomb <= 0 {
+		return 0
+	}
+	return max(k.Tomb.Milliseconds(), 1)
 }
 
 // The values of release.lua's ARGV[2], boxed once.

@@ -107,6 +107,13 @@ type Key struct {
 	// is shorter sends no Grant). Only a key's own queue (Queue "")
 	// requeues.
 	Requeue bool
+	// Tomb (0: none) asks a Release that does not find Token under the
+	// key to leave a tombstone of Token, TombKey(Name, Token), for Tomb:
+	// the caller's previous command on the node, which may set the key
+	// to Token (an Acquire or a Transfer to it), timed out after it was
+	// sent and may still run there, after this release, and no release
+	// would follow it. See TombKey for what a tombstone stops.
+	Tomb time.Duration
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal
@@ -207,6 +214,9 @@ type Node interface {
 	// is answered Done and left as it is: a token is fresh for every
 	// attempt, so that is the same command run twice (a driver's client
 	// retried it after a lost reply), and the first run set the TTL.
+	// A script never sets the key to a token that has a tombstone
+	// (TombKey): it answers Taken (where the key is free, with a wait
+	// of a waiter's lease at most).
 	//
 	// holderTTL asks a Taken answer to report the holder's remaining TTL
 	// in Result.TTL, which may cost the node more (a script instead of a
@@ -221,7 +231,8 @@ type Node interface {
 	Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error)
 
 	// Release deletes the key if it still holds k.Token: Done, Taken or
-	// Absent. With announce, a delete is published on
+	// Absent. With k.Tomb, where it does not find k.Token it leaves
+	// TombKey(k.Name, k.Token) for k.Tomb (see TombKey). With announce, a delete is published on
 	// ReleaseChannel(k.Name) in the same step, so that waiters wake at
 	// once (a failed publish must not fail the release). A client
 	// announces an Unlock, not the rollback of a failed attempt: waking
@@ -232,6 +243,29 @@ type Node interface {
 	// nothing where no one is (see Handoffer).
 	Release(ctx context.Context, k *Key, announce bool) (Result, error)
 }
+
+// TombKey is the key of the tombstone of token for lock key: key +
+// ":dead:" + token, left by a Release with Key.Tomb that did not find
+// token there. While it lives, no Acquire by a script (one with
+// holderTTL; every Acquire of a driver that sends no plain SET) and no
+// Transfer sets key to token: the command that would is a late run of
+// an attempt already rolled back, and the key it set would hold a token
+// nobody releases, blocking the lock for a TTL. A plain SET NX (Acquire
+// without holderTTL, on a driver that sends one) cannot look: the
+// client covers that case by sending its release again (see
+// redlock's watched releases). It lives beside the lock key, so an ACL
+// key pattern that covers one covers the other, and expires by itself.
+//
+// A tombstone is for a command that runs late: nothing in TCP or Redis
+// bounds how late. A timed-out command is already in the socket when
+// the client gives up (closing the connection does not take it back),
+// and a paused or starved server runs it whenever it reads it. The
+// caller chooses Tomb, and renews it while it cares (redlock: until the
+// key that command could set would have expired, the TTL and two node
+// timeouts after it was sent); a command that runs after the last
+// tombstone has gone sets a key that blocks the lock for one TTL, as a
+// holder that died would.
+func TombKey(key, token string) string { return key + ":dead:" + token }
 
 // ReleaseChannel is the pub/sub channel on which a release of key is
 // announced: key + ":released", with an empty message, when the key was
@@ -437,7 +471,8 @@ type Handoffer interface {
 	// Absent, so that handing over within one client never locks other
 	// clients out (unless from.Queue is set, see above); where the key
 	// is absent there, it hands it to that head all the same, as an
-	// Unlock does. from and to have the same Name, Owner and Queue.
+	// Unlock does. Where to.Token has a tombstone (TombKey): Taken,
+	// nothing changed. from and to have the same Name, Owner and Queue.
 	Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error)
 	// Leave takes k.Owner out of k.Name's queue, and passes a
 	// reservation for it, or a key that holds k.Grant, on to the next

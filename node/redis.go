@@ -454,8 +454,14 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 	}
 	name, token := k.Boxed()
 	args := []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner)}
-	if k.Requeue && !announce && k.Ticket > 0 {
+	switch {
+	case k.Requeue && !announce && k.Ticket > 0:
 		args = append(args, k.Ticket, waiterLeaseMS, k.Grant)
+	case k.Tomb > 0:
+		args = append(args, 0, 0, "") // no requeue: ARGV[7] comes next
+	}
+	if k.Tomb > 0 {
+		args = append(args, max(k.Tomb.Milliseconds(), 1))
 	}
 	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", args)
 	if err != nil {

@@ -206,7 +206,7 @@ func (r *round) Call(i int) (node.Result, error) {
 		switch {
 		case err != nil:
 			r.retryRelease(i, err)
-		case res.Status == node.Absent && prev != nil:
+		case (res.Status == node.Absent || res.Status == node.Taken) && prev != nil:
 			// (prev has returned: a release that found nothing was sent
 			// after it, see early.)
 			r.watchRelease(i, prev)
@@ -304,7 +304,7 @@ func (r *round) ahead() bool {
 // for it cost the cycle a wake-up and a round trip after it.
 func (r *round) early(i int, prev *step) (node.Result, error) {
 	ctx, cancel := r.callCtx(i)
-	res, err := r.do(ctx, i, prev)
+	res, err := r.do(ctx, i, nil) // (prev has not returned: do must not read it)
 	if cancel != nil {
 		cancel()
 	}
@@ -361,21 +361,24 @@ func (r *round) timed(i int, prev *step) (node.Result, time.Duration, error) {
 }
 
 // do sends the round's command to node i within ctx; prev is the lock's
-// previous command there, returned (nil for the first). It runs near the
-// bottom of every call's goroutine, under the driver's frames: the plain
-// acquire and the release are called from here, the rest from doRare, so
-// that the goroutine fits the stack it starts with (a stack copied to a
-// larger one on every call cost the uncontended cycle a sixth of its CPU).
+// previous command there, returned (nil for the first, and for a
+// release sent ahead of it, see early): a release after one that may
+// still run (runsLate) leaves a tombstone where it finds no token of the
+// lock (see Client.tomb). It runs near the bottom of every call's
+// goroutine, under the driver's frames: the plain acquire and the
+// release are called from here, the rest from doRare, so that the
+// goroutine fits the stack it starts with (a stack copied to a larger
+// one on every call cost the uncontended cycle a sixth of its CPU).
 func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) {
 	if cmd := &r.cmd; !r.ch.shared {
 		switch {
 		case cmd.op == "acquire" && !cmd.fenced:
 			return r.ch.c.nodes[i].Acquire(ctx, r.ch.k, cmd.ttl, cmd.wait)
-		case cmd.op == "release" && cmd.requeue == 0:
+		case cmd.op == "release" && cmd.requeue == 0 && (prev == nil || prev.err == nil):
 			return r.ch.c.nodes[i].Release(ctx, r.ch.k, cmd.announce)
 		}
 	}
-	return r.doRare(ctx, i)
+	return r.doRare(ctx, i, prev)
 }
 
 // doRare is do for every other command, and for read holds (see RLock):
@@ -383,7 +386,7 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 // node.Sharer's, and it has no confirm or transfer.
 //
 //go:noinline
-func (r *round) doRare(ctx context.Context, i int) (node.Result, error) {
+func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, error) {
 	n, k, cmd := r.ch.c.nodes[i], r.ch.k, &r.cmd
 	if r.ch.shared {
 		s := n.(node.Sharer)
@@ -404,8 +407,14 @@ func (r *round) doRare(ctx context.Context, i int) (node.Result, error) {
 		return n.Extend(ctx, k, cmd.ttl)
 	case "reseed":
 		return n.Acquire(ctx, k, cmd.ttl, false)
-	case "release": // a waiting attempt's rollback
+	case "release": // a waiting attempt's rollback, or one after a command that may run late
 		rk := *k
+		if prev != nil && runsLate(prev.err) {
+			rk.Tomb = r.ch.c.tomb(i, r.expires)
+		}
+		if cmd.requeue == 0 {
+			return n.Release(ctx, &rk, cmd.announce)
+		}
 		rk.Ticket, rk.Requeue = cmd.requeue, true
 		if node.GrantTTL(cmd.ttl) < node.WaiterLease {
 			// The registration's grant lasts a lease (see

@@ -196,9 +196,16 @@ func (c *Client) finishReleases(i int) {
 			res node.Result
 			err error
 		)
-		if r.ch.shared {
+		switch {
+		case r.ch.shared:
 			res, err = nd.(node.Sharer).ReleaseShared(ctx, &r.k, r.announce)
-		} else {
+		case watched >= 0 || r.after != nil && runsLate(r.after.err):
+			// After a command that may still run (r.after has returned,
+			// see above): a tombstone where the token is not found.
+			k := r.k
+			k.Tomb = c.tomb(i, r.until)
+			res, err = nd.Release(ctx, &k, r.announce)
+		default:
 			res, err = nd.Release(ctx, &r.k, r.announce)
 		}
 		cancel()
@@ -207,7 +214,7 @@ func (c *Client) finishReleases(i int) {
 		}
 		c.callDone(i, "release", c.clk.Since(now), err)
 		if watched >= 0 {
-			c.rewatch(f, r, closing.IsZero() && (err == nil && res.Status == node.Absent || err != nil && !node.Permanent(err)))
+			c.rewatch(f, r, closing.IsZero() && (err == nil && res.Status != node.Done || err != nil && !node.Permanent(err)))
 			wait = 0 // the next due one, or the next wait, at once
 			continue
 		}
@@ -223,9 +230,10 @@ func (c *Client) finishReleases(i int) {
 			f.q = f.q[1:]
 		}
 		f.mu.Unlock()
-		if err == nil && res.Status == node.Absent && r.after != nil && runsLate(r.after.err) {
-			// Nothing there, though the lock's previous command there
-			// (returned, see above) timed out and may yet set the key.
+		if err == nil && res.Status != node.Done && r.after != nil && runsLate(r.after.err) {
+			// Not our token there, though the lock's previous command
+			// there (returned, see above) timed out and may yet set the
+			// key.
 			c.enqueue(i, r, true)
 		}
 		wait = 0 // the node answers: on to the next at once
@@ -321,6 +329,21 @@ func (r *round) retryRelease(i int, err error) {
 	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
 }
 
+// tomb is the node.Key.Tomb of a release on node i after a command that
+// may still run late there (runsLate), and whose key would have expired
+// by until (a chain's expires: the TTL and two node timeouts after the
+// command was sent). Such a release that finds no token of the lock is
+// watched until then (see watchRelease), each try renewing the
+// tombstone, so it lasts to the next try: the longest wait between
+// tries and a node timeout for the try itself, and no longer than
+// until. While the client lives, a late script finds one through the
+// whole window; once its watch ends (until, Close, the process gone),
+// the tombstone is gone within that much, and does not linger as a key
+// per rolled-back attempt for a TTL.
+func (c *Client) tomb(i int, until time.Time) time.Duration {
+	return max(min(until.Sub(c.clk.Now()), watchMax+c.nodeTimeout(i)), time.Millisecond)
+}
+
 // runsLate reports whether a node call that failed with err may still
 // run on the node: it timed out after it was sent. (A refused dial, an
 // error reply or a reset connection ended it; a command never sent, as
@@ -329,22 +352,27 @@ func runsLate(err error) bool {
 	return errors.Is(err, node.ErrTimeout) && !unsent(err) && !errors.Is(err, node.ErrPoolWait)
 }
 
-// watchRelease watches node i's release, which found the key absent
-// after prev, the lock's previous command there, had timed out: that
-// command (a SET, say) may not have run yet, and would then set the key
-// after the release. A node can hold a command for longer than any wait
-// for its reply (a paused or starved server, a reply later than the
-// node's background read of it), so the release is sent again, its wait
-// doubling from 20 ms to 2 s, after the node's other queued releases,
-// while it finds nothing, until the key that command could set would have
-// expired (r.expires: its TTL and two node timeouts from when it was
-// sent; a command held longer than that leaves its key for a TTL). It
-// ends at any other answer: Done (it removed the late key), or another
-// token there (the late SET NX would fail on it, though it could still
-// land after that key is gone). Close gives it one last try if its grace
-// allows, and does not report it. Not watched: a release whose previous
-// command was not sent (skipped by the breaker, or waiting for its own
-// predecessor), or that follows a transfer.
+// watchRelease watches node i's release, which did not find the lock's
+// token (the key absent, or holding another token) after prev, the
+// lock's previous command there, had timed out: that command (a SET,
+// say) may not have run yet, and would then set the key after the
+// release. A node can hold a command for longer than any wait for its
+// reply (a paused or starved server, a reply later than the node's
+// background read of it, a command in the socket of a pooled connection
+// that a release on another connection overtook), so the release is
+// sent again, its wait doubling from 20 ms to 2 s, after the node's other
+// queued releases, while it finds no token of the lock, until the key
+// that command could set would have expired (r.expires: its TTL and two
+// node timeouts from when it was sent; a command held longer than that
+// leaves its key for a TTL). Every try leaves or renews a tombstone where
+// it finds no token (see Client.tomb), which stops a late script at once;
+// the tries are for a late plain SET NX, which cannot read one: another
+// token there does not end the watch, since the SET lands once that key
+// is gone (its holder's Unlock), and it costs the key at most one wait
+// between tries. It ends when it finds the token (Done: it removed the
+// late key). Close gives it one last try if its grace allows, and does
+// not report it. Not watched: a release whose previous command was not
+// sent (skipped by the breaker, or waiting for its own predecessor).
 func (r *round) watchRelease(i int, prev *step) {
 	if !runsLate(prev.err) || !r.ch.c.clk.Now().Before(r.expires) {
 		return

@@ -39,6 +39,11 @@
 //     tells down (ErrTimeout, ErrUnreachable) from refused (ErrAuth,
 //     ErrTLS, ErrProtocol) and ErrClosed after Close; never put a
 //     password in an error, in Addr, or in what fmt prints of the node.
+//   - Send node.Key.Tomb to release.lua as ARGV[7], in milliseconds
+//     (ARGV[4] to ARGV[6] "0", "0", "" where the release does not
+//     requeue): a release after a command that may run late leaves a
+//     tombstone (node.TombKey) where it does not find its token, and no
+//     script sets a key to a token that has one.
 //   - Pass keys and tokens as binary-safe strings.
 //   - Be safe for concurrent use.
 //   - Optional interfaces (node.Inspector, node.Watcher, node.Fencer,
@@ -123,6 +128,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Grant", func(t *testing.T) { testGrant(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
+	t.Run("Tomb", func(t *testing.T) { testTomb(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
 }
 
@@ -1624,4 +1630,72 @@ func testClose(t *testing.T, f Factory) {
 	_, err := e.n.Release(e.ctx, &node.Key{Name: "lk:close", Token: "tok"}, false)
 	require.ErrorIs(t, err, node.ErrClosed, "a call after Close")
 	e.do("DEL", "lk:close")
+}
+
+// testTomb: a release with Key.Tomb that does not find its token leaves
+// a tombstone (node.TombKey) for Tomb; while it lives, a waiting Acquire
+// (a script) of that token takes neither a free key nor one reserved for
+// its owner, and a Transfer to it sets nothing. A release without Tomb,
+// or one that finds its token, leaves none.
+func testTomb(t *testing.T, f Factory) {
+	e := start(t, f)
+	holder := node.Key{Name: "lk:tomb", Token: "holder", Owner: "a"}
+	dead := node.Key{Name: holder.Name, Token: "dead", Owner: "w"}
+	tomb := node.TombKey(dead.Name, dead.Token)
+	e.resultOf(e.n.Acquire(e.ctx, &holder, time.Minute, false))(node.Done, "the holder")
+
+	plain := node.Key{Name: holder.Name, Token: "plain"}
+	e.resultOf(e.n.Release(e.ctx, &plain, false))(node.Taken, "a rollback without Tomb, another token there")
+	assert.Equal(t, int64(0), e.do("EXISTS", node.TombKey(plain.Name, plain.Token)), "no Tomb, no tombstone")
+
+	rb := dead
+	rb.Tomb = 10 * time.Second
+	e.resultOf(e.n.Release(e.ctx, &rb, false))(node.Taken, "a rollback with Tomb, another token there")
+	assert.Equal(t, "holder", e.get(holder.Name), "the holder's key stays")
+	assert.Equal(t, int64(1), e.do("EXISTS", tomb), "a tombstone of the token")
+	assert.InDelta(t, 10*time.Second, e.pttl(tomb), float64(time.Second), "it lives Tomb")
+
+	// The holder's Unlock frees the key; the attempt rolled back above
+	// runs now, late: as a waiting Acquire (a script) it sets nothing.
+	e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
+	res := e.resultOf(e.n.Acquire(e.ctx, &dead, time.Minute, true))(node.Taken, "a late waiting acquire of a token with a tombstone, the key free")
+	assert.LessOrEqual(t, res.TTL, node.WaiterLease, "no holder: at most a waiter's lease")
+	assert.Equal(t, int64(0), e.do("EXISTS", dead.Name), "the key stays free")
+	h, queues := e.n.(node.Handoffer)
+	if queues {
+		// Reserved for the late attempt's owner, as an Unlock hands it
+		// on: still not taken, the reservation left for its live call.
+		e.do("SET", dead.Name, "~"+dead.Owner, "PX", 60000)
+		e.resultOf(e.n.Acquire(e.ctx, &dead, time.Minute, true))(node.Taken, "a late waiting acquire of a token with a tombstone, the key reserved for its owner")
+		assert.Equal(t, "~"+dead.Owner, e.get(dead.Name), "the reservation stays")
+		e.do("DEL", dead.Name)
+		require.NoError(t, h.Leave(e.ctx, &dead))
+
+		// A transfer to a token with a tombstone (the successor's
+		// rollback overtook it) sets nothing, where the holder's
+		// release has freed the key.
+		e.resultOf(h.Transfer(e.ctx, &holder, &dead, time.Minute))(node.Taken, "a late transfer to a token with a tombstone, the key free")
+		assert.Equal(t, int64(0), e.do("EXISTS", dead.Name), "the key stays free")
+		e.resultOf(e.n.Acquire(e.ctx, &holder, time.Minute, false))(node.Done, "the holder again")
+		e.resultOf(h.Transfer(e.ctx, &holder, &dead, time.Minute))(node.Taken, "a late transfer to a token with a tombstone, the holder's key there")
+		assert.Equal(t, "holder", e.get(holder.Name), "nothing changed")
+		e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
+	}
+
+	// A release with Tomb that finds its token frees the key, and
+	// leaves no tombstone.
+	e.do("DEL", tomb)
+	e.resultOf(e.n.Acquire(e.ctx, &dead, time.Minute, true))(node.Done, "the token without a tombstone")
+	e.resultOf(e.n.Release(e.ctx, &rb, false))(node.Done, "a release with Tomb that finds its token")
+	assert.Equal(t, int64(0), e.do("EXISTS", tomb), "no tombstone")
+	if queues {
+		// The requeueing rollback carries Tomb too.
+		rq := rb
+		rq.Ticket, rq.Requeue = 7, true
+		e.resultOf(e.n.Acquire(e.ctx, &holder, time.Minute, false))(node.Done, "the holder again")
+		e.resultOf(e.n.Release(e.ctx, &rq, false))(node.Taken, "a requeueing rollback with Tomb, another token there")
+		assert.Equal(t, int64(1), e.do("EXISTS", tomb), "a tombstone of the token")
+		e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
+		e.do("DEL", tomb, node.WaitersKey(dead.Name))
+	}
 }

@@ -33,6 +33,11 @@
 -- the grant it asked for (its earlier attempt's registration was granted
 -- before this attempt came), or is free and the caller heads the queue.
 -- Its ticket: see queue_join.
+-- A token with a tombstone (KEYS[1] .. ":dead:" .. token, node.TombKey,
+-- see release.lua's ARGV[7]) is never set: this attempt was rolled back
+-- here before it ran (it came late), and the key it would set nobody
+-- would release. It is answered as taken. One EXISTS, only where the
+-- script would set the key.
 local key, wk, token, ttl, tag = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local v = redis.call("GET", key)
 if tag == "" then
@@ -41,6 +46,8 @@ if tag == "" then
     return {ok = "OK"}
   elseif v then
     return redis.call("PTTL", key)
+  elseif redis.call("EXISTS", key .. ":dead:" .. token) == 1 then
+    return -2 -- a tombstone: see above
   end
   redis.call("SET", key, token, "PX", ttl)
   return {ok = "OK"}
@@ -55,6 +62,8 @@ if v == token or v == "~" .. tag or (v == grant and grant ~= "") then
   -- user without the hash commands has no entry to drop).
   if v == token then
     redis.call("PEXPIRE", key, ttl)
+  elseif redis.call("EXISTS", key .. ":dead:" .. token) == 1 then
+    return {redis.call("PTTL", key), tonumber(ARGV[5]) or 0} -- a tombstone: see above
   else
     redis.call("SET", key, token, "PX", ttl)
     -- As queue_join would: the counter reaches the caller's ticket, so
@@ -83,7 +92,7 @@ local ok, head, mine, lease = pcall(function()
   end
   return h, mine, hl - now
 end)
-if not v and (not ok or head == tag) then
+if not v and (not ok or head == tag) and redis.call("EXISTS", key .. ":dead:" .. token) == 0 then
   redis.call("SET", key, token, "PX", ttl)
   if ok then
     pcall(queue_drop, wk, tag)

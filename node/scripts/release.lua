@@ -35,6 +35,14 @@
 --          its registering attempt's and the lease as its TTL (a client
 --          sends it only where node.GrantTTL of its TTL is the lease), so
 --          that a release here grants the key as the refusing nodes would
+-- ARGV[7]  a tombstone's lifetime in milliseconds ("0" or absent: none),
+--          sent where the caller's previous command here (an acquire or
+--          a transfer that may set the key to ARGV[1]) timed out after
+--          it was sent and may still run: where the key does not hold
+--          ARGV[1], the release leaves KEYS[1] .. ":dead:" .. ARGV[1]
+--          (node.TombKey) for that long, and acquire.lua and
+--          transfer.lua never set the key to a token that has one. Only
+--          this path writes it; the common case reads no more.
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- An Unlock that finds the key absent where waiters are queued on the
 -- lock's own queue hands it on all the same (see hand_on): the releaser's
@@ -55,6 +63,9 @@
 -- key is not its own (not granted here yet), so that it is not granted
 -- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
+if v ~= ARGV[1] and ARGV[7] and ARGV[7] ~= "0" then
+  redis.call("SET", KEYS[1] .. ":dead:" .. ARGV[1], "", "PX", ARGV[7])
+end
 if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   if v then
     return 0

@@ -21,9 +21,17 @@
 --          queue), so that the other client goes first; where the key was
 --          gone and the queue could be read, it is handed to the head
 --          all the same, as release.lua does for an Unlock.
+--          0 also where the successor's token has a tombstone
+--          (node.TombKey): its rollback ran first; nothing changed.
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[2] then
   return 1
+end
+if redis.call("EXISTS", KEYS[1] .. ":dead:" .. ARGV[2]) == 1 then
+  -- The successor's token has a tombstone (see release.lua's ARGV[7]):
+  -- its rollback ran here before this transfer, which came late. Nothing
+  -- changes: the holder's release frees its key.
+  return 0
 end
 local other = v and v ~= ARGV[1]
 if other and string.sub(ARGV[1], 1, 1) ~= "~" then

@@ -1,0 +1,497 @@
+package redlock_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/internal/redistest"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// lateNode is a real node (node.Redis) whose chosen commands run late,
+// as on a node driver with one connection per command (a pool) where a
+// command that timed out is still in its socket: the call answers a
+// timeout at its deadline without running it, and the test runs it on
+// the node later (runLate), after whatever the client sent since. While
+// gated, acquires wait for the gate to open (or their deadline: a
+// timeout, never run), so that the test decides what runs first.
+type lateNode struct {
+	*node.Redis
+	mu       sync.Mutex
+	hold     func(op string, holderTTL bool) bool // under mu: hold this call
+	held     []func() node.Status                 // the held commands, to run late
+	heldTok  []string                             // their tokens (the successor's, for a transfer)
+	gate     chan struct{}                        // nil: open
+	timedOut map[string]bool                      // token: its held command's call has returned
+	released map[string]node.Status               // token: its last release's answer, after its held call returned
+	tombs    map[string]time.Duration             // token: the Key.Tomb that release asked for
+}
+
+func newLateNodes(t *testing.T, urls []string) []*lateNode {
+	t.Helper()
+	var ns []*lateNode
+	for _, u := range urls {
+		r, err := node.Dial(u, node.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() }) // a client made by New does not close its nodes
+		ns = append(ns, &lateNode{Redis: r, timedOut: map[string]bool{}, released: map[string]node.Status{}, tombs: map[string]time.Duration{}})
+	}
+	return ns
+}
+
+func asRedlockNodes(ns []*lateNode) []node.Node {
+	out := make([]node.Node, len(ns))
+	for i, n := range ns {
+		out[i] = n
+	}
+	return out
+}
+
+// take reports whether the call is held, recording run for runLate and
+// closing the gate for the acquires after it; otherwise it waits for
+// the gate.
+func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token string, run func() node.Status) (held bool, err error) {
+	n.mu.Lock()
+	if n.hold != nil && n.hold(op, holderTTL) {
+		n.held, n.heldTok = append(n.held, run), append(n.heldTok, token)
+		if n.gate == nil {
+			n.gate = make(chan struct{})
+		}
+		n.mu.Unlock()
+		<-ctx.Done()
+		n.mu.Lock()
+		n.timedOut[token] = true
+		n.mu.Unlock()
+		return true, &node.Error{Addr: n.Addr(), Op: op, Kind: node.ErrTimeout}
+	}
+	gate := n.gate
+	n.mu.Unlock()
+	if gate != nil && op == "acquire" {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return false, &node.Error{Addr: n.Addr(), Op: op, Kind: node.ErrTimeout}
+		}
+	}
+	return false, nil
+}
+
+func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	kc := *k
+	held, err := n.take(ctx, "acquire", holderTTL, k.Token, func() node.Status {
+		res, _ := n.Redis.Acquire(context.Background(), &kc, ttl, holderTTL)
+		return res.Status
+	})
+	if held || err != nil {
+		return node.Result{}, err
+	}
+	return n.Redis.Acquire(ctx, k, ttl, holderTTL)
+}
+
+func (n *lateNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
+	fc, tc := *from, *to
+	held, err := n.take(ctx, "transfer", false, to.Token, func() node.Status {
+		res, _ := n.Redis.Transfer(context.Background(), &fc, &tc, ttl)
+		return res.Status
+	})
+	if held || err != nil {
+		return node.Result{}, err
+	}
+	return n.Redis.Transfer(ctx, from, to, ttl)
+}
+
+func (n *lateNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
+	res, err := n.Redis.Release(ctx, k, announce)
+	n.mu.Lock()
+	if err == nil && (n.timedOut[k.Token] || !slices.Contains(n.heldTok, k.Token)) {
+		// (A release sent ahead of its acquire, before the call
+		// returned, is sent again after it: that one counts.)
+		n.released[k.Token], n.tombs[k.Token] = res.Status, k.Tomb
+	}
+	n.mu.Unlock()
+	return res, err
+}
+
+// rolledBack reports whether every held command's token has been
+// released on the node since its call returned (its rollback ran
+// first).
+func (n *lateNode) rolledBack() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, tok := range n.heldTok {
+		if _, ok := n.released[tok]; !ok {
+			return false
+		}
+	}
+	return len(n.heldTok) > 0
+}
+
+// tombOf returns the Key.Tomb of token's last release on the node.
+func (n *lateNode) tombOf(token string) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tombs[token]
+}
+
+// releasedAs returns the answer to token's last release on the node.
+func (n *lateNode) releasedAs(token string) node.Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.released[token]
+}
+
+// runLate runs the held commands on the node now, stops holding, and
+// returns their answers.
+func (n *lateNode) runLate() []node.Status {
+	n.mu.Lock()
+	held := n.held
+	n.held, n.hold = nil, nil
+	n.mu.Unlock()
+	var out []node.Status
+	for _, run := range held {
+		out = append(out, run())
+	}
+	return out
+}
+
+// lateTokens returns the tokens of the held commands.
+func (n *lateNode) lateTokens() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.heldTok...)
+}
+
+// notLate asserts that the key on nodes 1 and 2 holds none of their held
+// commands' tokens: they ran, and did not take it.
+func notLate(t *testing.T, ns []*lateNode, admins []*redistest.Admin, key string) {
+	t.Helper()
+	for i := 1; i < 3; i++ {
+		v := getKey(t, admins[i], key)
+		assert.NotContains(t, ns[i].lateTokens(), v, "node %d: the late command took the key for its token, rolled back", i)
+	}
+}
+
+// open opens the gate.
+func (n *lateNode) open() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gate != nil {
+		close(n.gate)
+		n.gate = nil
+	}
+}
+
+// holdOn makes nodes 1 and 2 hold the calls hold picks (node 0 holds
+// none), and waits until each held one, and its rollback, has run on
+// both.
+func holdOn(t *testing.T, ns []*lateNode, hold func(op string, holderTTL bool) bool) func() {
+	for _, n := range ns[1:] {
+		n.mu.Lock()
+		n.hold = hold
+		n.mu.Unlock()
+	}
+	return func() {
+		t.Helper()
+		require.Eventually(t, func() bool { return ns[1].rolledBack() && ns[2].rolledBack() },
+			5*time.Second, time.Millisecond, "the held commands' rollbacks")
+	}
+}
+
+// keysLeft returns the keys on the node, tombstones (node.TombKey of key)
+// deleted first.
+func keysLeft(t *testing.T, a *redistest.Admin, key string) []string {
+	t.Helper()
+	ctx := context.Background()
+	v, err := a.Do(ctx, "KEYS", "*")
+	require.NoError(t, err)
+	var left []string
+	for _, k := range v.([]any) {
+		name := string(k.([]byte))
+		if strings.HasPrefix(name, node.TombKey(key, "")) {
+			_, err := a.Do(ctx, "DEL", name)
+			require.NoError(t, err)
+			continue
+		}
+		left = append(left, name)
+	}
+	return left
+}
+
+// everywhere waits until the key holds token on every node: a lock's
+// call returns at a majority, and its straggler lands a moment later.
+func everywhere(t *testing.T, admins []*redistest.Admin, key, token string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, ad := range admins {
+			if getKey(t, ad, key) != token {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the key on every node")
+}
+
+// liveHolds asserts that the key holds token on a majority of the
+// nodes, and no held command's token anywhere.
+func liveHolds(t *testing.T, ns []*lateNode, admins []*redistest.Admin, key, token string) {
+	t.Helper()
+	held := 0
+	for i, ad := range admins {
+		v := getKey(t, ad, key)
+		if v == token {
+			held++
+		}
+		for _, n := range ns {
+			assert.NotContains(t, n.lateTokens(), v, "node %d: a late command's token", i)
+		}
+	}
+	assert.GreaterOrEqual(t, held, 2, "the live lock holds the key on a majority")
+}
+
+// noKeysLeft waits until no key is left on any node but tombstones of
+// key, which it deletes: a grant to the waiter on a node it did not
+// need lapses by itself within node.GrantTTL.
+func noKeysLeft(t *testing.T, admins []*redistest.Admin, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, ad := range admins {
+			if len(keysLeft(t, ad, key)) > 0 {
+				return false
+			}
+		}
+		return true
+	}, node.WaiterLease+time.Second, 20*time.Millisecond, "keys left")
+}
+
+func getKey(t *testing.T, a *redistest.Admin, key string) string {
+	t.Helper()
+	v, err := a.Do(context.Background(), "GET", key)
+	require.NoError(t, err)
+	b, _ := v.([]byte)
+	return string(b)
+}
+
+const (
+	tombTTL     = 30 * time.Second       // far above every bound the tests assert
+	tombTimeout = 200 * time.Millisecond // the node timeout of the client whose commands run late
+)
+
+// TestLateWaitingAcquireAfterRollback (issue 43): a waiting attempt's
+// acquire.lua times out on two of three nodes and runs there only after
+// its rollback, which found the holder's token; the holder's Unlock
+// then reserves (or grants) the key to the waiter, and the late attempt
+// runs. It must not take the key for its token, already rolled back:
+// the waiter's next attempt gets the lock within a node timeout, not
+// after the holder's TTL.
+func TestLateWaitingAcquireAfterRollback(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
+	require.NoError(t, err)
+	defer a.Close()
+	ns := newLateNodes(t, urls)
+	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout),
+		redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
+	require.NoError(t, err)
+	defer b.Close()
+
+	holder, err := a.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	// The waiter's second waiting attempt is held on nodes 1 and 2; its
+	// first registered it there, so the Unlock hands the key on to it.
+	var (
+		mu      sync.Mutex
+		waiting int // waiting acquires on nodes 1 and 2, together
+	)
+	rolledBack := holdOn(t, ns, func(op string, holderTTL bool) bool {
+		if op != "acquire" || !holderTTL {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		waiting++
+		return waiting == 3 || waiting == 4 // the second attempt's, on both
+	})
+	type got struct {
+		l   *redlock.Lock
+		err error
+		at  time.Time
+	}
+	done := make(chan got, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := b.Lock(lctx, "k")
+		done <- got{l, err, time.Now()}
+	}()
+	rolledBack()
+	require.NoError(t, holder.Unlock(ctx))
+	for i := 1; i < 3; i++ {
+		v := getKey(t, admins[i], "k")
+		require.True(t, strings.HasPrefix(v, "~"), "node %d: the Unlock handed the key on to the waiter (%q)", i, v)
+	}
+	for i := 1; i < 3; i++ {
+		assert.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the late command is refused", i)
+	}
+	notLate(t, ns, admins, "k")
+	opened := time.Now()
+	ns[1].open()
+	ns[2].open()
+	var g got
+	select {
+	case g = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, g.err, "the waiter gets the lock")
+	assert.Less(t, g.at.Sub(opened), tombTimeout+500*time.Millisecond, "within a node timeout and a round trip, not a TTL")
+	liveHolds(t, ns, admins, "k", g.l.Token())
+	require.NoError(t, g.l.Unlock(ctx))
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+	noKeysLeft(t, admins, "k")
+}
+
+// TestLateTransferAfterRollback (issue 43): a local handoff's transfer
+// times out on two of three nodes, the handoff fails, the successor's
+// keys are rolled back and the holder's released; then the transfers
+// run. They must not set the key to the successor's token, already
+// rolled back: the local waiter gets the lock within a node timeout.
+func TestLateTransferAfterRollback(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	ns := newLateNodes(t, urls)
+	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout),
+		redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
+	require.NoError(t, err)
+	defer b.Close()
+
+	holder, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	type got struct {
+		l   *redlock.Lock
+		err error
+		at  time.Time
+	}
+	done := make(chan got, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := b.Lock(lctx, "k")
+		done <- got{l, err, time.Now()}
+	}()
+	// The waiter has tried (and queued on the nodes) before the Unlock.
+	require.Eventually(t, func() bool {
+		n, err := admins[0].Do(ctx, "EXISTS", node.WaitersKey("k"))
+		return err == nil && n == int64(1)
+	}, 5*time.Second, time.Millisecond)
+	rolledBack := holdOn(t, ns, func(op string, _ bool) bool { return op == "transfer" })
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- holder.Unlock(ctx) }()
+	rolledBack()
+	require.NoError(t, <-unlocked)
+	for i := 1; i < 3; i++ {
+		assert.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the late command is refused", i)
+	}
+	notLate(t, ns, admins, "k")
+	opened := time.Now()
+	ns[1].open()
+	ns[2].open()
+	var g got
+	select {
+	case g = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, g.err, "the local waiter gets the lock")
+	assert.Less(t, g.at.Sub(opened), tombTimeout+500*time.Millisecond, "within a node timeout and a round trip, not a TTL")
+	liveHolds(t, ns, admins, "k", g.l.Token())
+	require.NoError(t, g.l.Unlock(ctx))
+	require.NoError(t, b.Close())
+	noKeysLeft(t, admins, "k")
+}
+
+// TestLatePlainSetAfterRollback (issue 43): a TryLock's plain SET NX
+// times out on two of three nodes and runs there only after its
+// rollback, which found the holder's token, and after the holder's
+// Unlock deleted the key: it sets the key, which no script could stop.
+// The rollback keeps watching those nodes, and frees the key within its
+// longest wait between tries (2 s) and a round trip, not a TTL.
+func TestLatePlainSetAfterRollback(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
+	require.NoError(t, err)
+	defer a.Close()
+	ns := newLateNodes(t, urls)
+	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
+	require.NoError(t, err)
+	defer b.Close()
+
+	// The uncontended cycle asks for no tombstone.
+	l, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	everywhere(t, admins, "k", "") // Unlock returns at a majority
+	for i, n := range ns {
+		assert.Zero(t, n.tombOf(l.Token()), "node %d: an Unlock after an acquire that answered asks for no tombstone", i)
+	}
+
+	holder, err := a.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	rolledBack := holdOn(t, ns, func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
+	_, err = b.TryLock(ctx, "k")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	rolledBack()
+	for i := 1; i < 3; i++ {
+		tok := ns[i].lateTokens()[0]
+		assert.Equal(t, node.Taken, ns[i].releasedAs(tok), "node %d: the rollback found the holder's token", i)
+		tomb := ns[i].tombOf(tok)
+		assert.Positive(t, tomb, "node %d: the rollback after a timed-out SET asks for a tombstone", i)
+		assert.LessOrEqual(t, tomb, 2*time.Second+tombTimeout, "node %d: until the watch's next try, not a TTL", i)
+		v, err := admins[i].Do(ctx, "EXISTS", node.TombKey("k", tok))
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), v, "node %d: the tombstone is there", i)
+	}
+	require.NoError(t, holder.Unlock(ctx))
+	for i := 1; i < 3; i++ {
+		require.Equal(t, []node.Status{node.Done}, ns[i].runLate(), "node %d: the late SET set the key", i)
+	}
+	ran := time.Now()
+	require.Eventually(t, func() bool {
+		for _, ad := range admins {
+			if getKey(t, ad, "k") != "" {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the late keys are released, not left for a TTL")
+	t.Logf("freed %v after the late SETs ran", time.Since(ran).Round(time.Millisecond))
+	l, err = a.TryLock(ctx, "k")
+	require.NoError(t, err, "the key is free")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+	// The tombstones go by themselves once the watches have ended (at
+	// Close): within the longest wait between tries and a node timeout.
+	require.Eventually(t, func() bool {
+		for _, ad := range admins {
+			v, err := ad.Do(ctx, "DBSIZE")
+			if err != nil || v != int64(0) {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second+tombTimeout+time.Second, 20*time.Millisecond, "keys left (tombstones included)")
+}
