@@ -445,7 +445,15 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		qe.Attempts = attempt
 		lost = lost || qe.lost
 		sent := ticket
-		ticket = max(ticket, qe.ticket)
+		if qe.queued {
+			// Only a round that queued the call on a majority gives a
+			// ticket worth keeping: any call that queues later meets
+			// that majority on some node, whose counter has reached
+			// it, and gets a larger one. A ticket from a minority (a
+			// node whose counter lags, the others silent) could put
+			// this call ahead of one already queued on a majority.
+			ticket = max(ticket, qe.ticket)
+		}
 		perm = mergeRefusals(perm, qe.perm)
 		if qe.ctxErr != nil || c.hopeless(perm) {
 			return nil, attempt, qe
@@ -888,8 +896,12 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.
-		given, _, _ := tickets(r.Replies, c.quorum)
-		requeue = max(ticket, given)
+		// (A ticket only from a round that queued it on a majority, as
+		// Client.retry keeps one.)
+		requeue = ticket
+		if given, queued, _ := tickets(r.Replies, c.quorum); queued {
+			requeue = max(ticket, given)
+		}
 	}
 	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)

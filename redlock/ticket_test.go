@@ -1,0 +1,106 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// tickets returns the tickets of the owners queued for key in its own
+// queue on n.
+func (n *handoffNode) ticketsOf(key string) map[string]int64 {
+	n.hmu.Lock()
+	defer n.hmu.Unlock()
+	out := map[string]int64{}
+	for owner, w := range n.waiters[node.WaitersKey(key)] {
+		out[owner] = w.ticket
+	}
+	return out
+}
+
+// TestTicketOnlyFromAMajority: a call keeps a ticket only from a round
+// that queued it on a majority. Waiter A is queued on nodes 0 and 1 (a
+// majority) with ticket 11; waiter B's first waiting round reaches node 2
+// only, which has never seen A and gives B ticket 1. B must not carry
+// that ticket to nodes 0 and 1, where it would be placed ahead of A.
+func TestTicketOnlyFromAMajority(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	hs := make([]*handoffNode, len(nodes))
+	for i, n := range nodes {
+		hs[i] = n.(watchHandoff).handoffNode
+	}
+	ctx := context.Background()
+	holder := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour))
+	l := lockOnAll(t, ctx, holder, fakes)
+	for _, i := range []int{0, 1} {
+		hs[i].hmu.Lock()
+		hs[i].tickets[node.WaitersKey("k")] = 10 // earlier waiters came and went there
+		hs[i].hmu.Unlock()
+	}
+	retry := redlock.WithRetry(redlock.LinearBackoff(time.Second))
+
+	// A: node 2 does not answer it; nodes 0 and 1 queue it with 11.
+	fakes[2].setBefore(failOn("acquire"))
+	a := handoffClient(t, nodes, clk, retry)
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	ra := waitIn(t, actx, a, clk, "k", 1)
+	require.Eventually(t, func() bool { return len(hs[0].ticketsOf("k")) == 1 && len(hs[1].ticketsOf("k")) == 1 },
+		5*time.Second, time.Millisecond)
+	var aTag string
+	for tag, tk := range hs[0].ticketsOf("k") {
+		aTag = tag
+		require.Equal(t, int64(11), tk)
+	}
+	timers := clk.Waiters()
+
+	// B: only node 2 answers its first rounds, and queues it with 1.
+	fakes[2].setBefore(nil)
+	fakes[0].setBefore(failOn("acquire"))
+	fakes[1].setBefore(failOn("acquire"))
+	b := handoffClient(t, nodes, clk, retry)
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	rb := waitIn(t, bctx, b, clk, "k", timers+1)
+	require.Eventually(t, func() bool { return len(hs[2].ticketsOf("k")) == 1 }, 5*time.Second, time.Millisecond)
+	for _, tk := range hs[2].ticketsOf("k") {
+		require.Equal(t, int64(1), tk, "node 2 gave B its first ticket")
+	}
+
+	// Nodes 0 and 1 answer again; B's next rounds queue it there.
+	fakes[0].setBefore(nil)
+	fakes[1].setBefore(nil)
+	bQueued := func() bool {
+		for _, i := range []int{0, 1} {
+			if len(hs[i].ticketsOf("k")) < 2 {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool {
+		if clk.Waiters() > 0 {
+			clk.Advance(100 * time.Millisecond)
+		}
+		return bQueued()
+	}, 5*time.Second, 5*time.Millisecond, "B queues on nodes 0 and 1")
+	for _, i := range []int{0, 1} {
+		ts := hs[i].ticketsOf("k")
+		for tag, tk := range ts {
+			if tag != aTag {
+				assert.Greater(t, tk, ts[aTag], "node %d: B, queued after A was queued on a majority, comes after A", i)
+			}
+		}
+	}
+	cancelA()
+	cancelB()
+	require.ErrorIs(t, receiveLock(t, ra).err, context.Canceled)
+	require.ErrorIs(t, receiveLock(t, rb).err, context.Canceled)
+	require.NoError(t, l.Unlock(ctx))
+}
