@@ -79,6 +79,8 @@ type Client struct {
 	qmu    sync.Mutex
 	queues map[string]*turnstile
 	hot    map[string]time.Time // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
+	owed   []owedLeave          // guarded by qmu: Leaves that Close sends again (see owe)
+	live   map[*node.Key]bool   // guarded by qmu: the registrations of waiting calls (see register)
 	// finish has one queue per node of releases that failed for a reason
 	// that may pass, and finishing counts the goroutines working them
 	// (see finishLater).
@@ -170,7 +172,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{},
+	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	c.lates = make([]node.LateAnswerer, n)
 	c.handoff = true
@@ -197,7 +199,10 @@ func (c *Client) Quorum() int { return c.quorum }
 // and for node calls still running in the background (each bounded by
 // about two node timeouts; the adaptive timeouts may grow a slow node's
 // to TTL/20), lets releases that failed on a node and are being retried
-// go on for four node timeouts more (at least 100ms), then closes the
+// go on for four node timeouts more (at least 100ms), takes the Lock
+// calls it ended, and those that gave up lately where a command of theirs
+// may still register them, out of the nodes' queues (handing on a key
+// reserved or granted to them), then closes the
 // nodes if Dial made them. Releases still unfinished then are reported in
 // an error wrapping ErrAbandoned; their keys expire by their TTL. Locks
 // still held are not released: they expire. Lock, TryLock, Extend and
@@ -211,6 +216,9 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		close(c.done)
 		c.bg.Wait()
+		if c.handoff {
+			c.leaveOwed()
+		}
 		c.finishing.Wait()
 		abandoned := c.abandoned()
 		if abandoned != nil {
@@ -352,6 +360,8 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
 		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
 		refused bool   // an attempt failed for a reason a retry may change: this call waited
+		sent    []*inflight // waiting attempts whose commands may still register the call on a node
+		reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
 	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
@@ -360,18 +370,18 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	hot := queued && !cfg.fenced && c.contended(key)
 	defer func() {
 		if qe, ok := err.(*QuorumError); ok {
-			qe.ch, qe.undo = nil, nil // for undone only: the caller's error keeps no attempt alive
+			qe.ch, qe.undo, qe.sent = nil, nil, nil // for undone and leaveWaiters only: the caller's error keeps no attempt alive
 		}
 		if w != nil {
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if attempt > 1 || hot && attempt == 1 {
+		if reg != nil {
 			// Waiting attempts registered this client as a waiter; a
 			// node that set the key dropped the registration itself.
-			// (attempt counts those made: none when a local holder
-			// handed the key over before this call tried the nodes.)
-			c.leaveWaiters(key, "", grant, cfg.shared, l)
+			// (None when a local holder handed the key over before
+			// this call made a waiting attempt.)
+			c.leaveWaiters(reg, l, sent)
 		}
 		if refused && queued {
 			// Also when a grant or a handoff ended the wait after the
@@ -435,6 +445,9 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			w.expect(c, node.GrantMessage(grant, tok))
 		}
 		w.forget()
+		if reg == nil && (attempt > 1 || hot) {
+			reg = c.register(key, "", grant, cfg.shared)
+		}
 		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant, tok)
 		switch {
 		case err != nil:
@@ -443,6 +456,9 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return l, attempt, nil
 		}
 		qe.Attempts = attempt
+		if qe.sent != nil {
+			sent = append(pending(sent), qe.sent)
+		}
 		lost = lost || qe.lost
 		sent := ticket
 		if qe.queued {
@@ -939,6 +955,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 			}
 		}
 		qe.ch = &l.ch
+		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail}
 	}
 	return nil, qe
 }

@@ -104,3 +104,35 @@ func TestTicketOnlyFromAMajority(t *testing.T) {
 	require.ErrorIs(t, receiveLock(t, rb).err, context.Canceled)
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestCloseLeavesTheQueue: a Lock call queued on the nodes when its
+// client closes leaves the queue on every node before Close returns:
+// Close ends the call, and waits for the Leaves it sends.
+func TestCloseLeavesTheQueue(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	ctx := context.Background()
+	holder := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour))
+	l := lockOnAll(t, ctx, holder, fakes)
+	w, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(500*time.Millisecond),
+		redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	require.NoError(t, err)
+	rc := waitIn(t, ctx, w, clk, "k", 1)
+	hs := make([]*handoffNode, len(nodes))
+	for i, n := range nodes {
+		hs[i] = n.(watchHandoff).handoffNode
+	}
+	require.Eventually(t, func() bool {
+		for _, h := range hs {
+			if h.waiting("k") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the waiter is queued on every node")
+	require.NoError(t, w.Close())
+	require.ErrorIs(t, receiveLock(t, rc).err, redlock.ErrClosed)
+	for i, h := range hs {
+		assert.Zero(t, h.waiting("k"), "node %d: the closed client's call left the queue", i)
+	}
+	require.NoError(t, l.Unlock(ctx))
+}
