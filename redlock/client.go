@@ -354,12 +354,12 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	var (
 		w       *watches
 		o       *offer
-		perm    []int8 // per node, as refusals: what its last reply said
-		waits   int    // waits for a local holder's handoff, for their delays
-		ticket  int64  // this call's place in the nodes' queue for key; 0 before it has one
-		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
-		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
-		refused bool   // an attempt failed for a reason a retry may change: this call waited
+		perm    []int8      // per node, as refusals: what its last reply said
+		waits   int         // waits for a local holder's handoff, for their delays
+		ticket  int64       // this call's place in the nodes' queue for key; 0 before it has one
+		grant   string      // the node.Key.Grant this call asks for once it queues (see granted)
+		lost    bool        // a waiting attempt left a node's reply unknown: no grant is counted
+		refused bool        // an attempt failed for a reason a retry may change: this call waited
 		sent    []*inflight // waiting attempts whose commands may still register the call on a node
 		reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
 	)
