@@ -513,9 +513,14 @@ func FenceKey(key string) string { return key + ":fence" }
 type Fencer interface {
 	// AcquireFenced is Acquire that, when it sets the key, also raises
 	// the key's counter as above in the same atomic step and returns
-	// the new value in Result.Fence. It does not queue; on a Handoffer,
-	// a refused one marks the queue of k (see Handoffer) so that the
-	// holder's release is announced.
+	// the new value in Result.Fence. On a Handoffer, one with k.Owner
+	// set is a waiting attempt: it queues (k.Owner, k.Ticket) and takes
+	// the key as a waiting Acquire does (free and the head of the
+	// queue, or reserved for it; a fenced waiter asks for no grant), so
+	// that fenced waiters are served in turn; the driver sends the owner
+	// as is, and the caller sets it only on a waiting attempt. One
+	// without an owner does not queue; a refused one marks the queue of
+	// k (see Handoffer) so that the holder's release is announced.
 	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)
 	// ConfirmFence raises the key's counter to at least fence while the
 	// key still holds k.Token: Done, or Taken (another token) or Absent,

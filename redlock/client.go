@@ -367,7 +367,7 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	// call subscribes first and queues from its first attempt (see
 	// hotFor) instead of spending a round on a plain SET to learn that.
 	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
-	hot := queued && !cfg.fenced && c.contended(key)
+	hot := queued && c.contended(key)
 	defer func() {
 		if qe, ok := err.(*QuorumError); ok {
 			qe.ch, qe.undo, qe.sent = nil, nil, nil // for undone and leaveWaiters only: the caller's error keeps no attempt alive
@@ -908,7 +908,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		return nil, qe
 	}
 	requeue := int64(0)
-	if wait && c.handoff && !cfg.shared && !cfg.fenced && cfg.queue == "" {
+	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.
