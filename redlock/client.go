@@ -76,11 +76,12 @@ type Client struct {
 	bg sync.WaitGroup
 	// qmu guards queues: per key, the local FIFO of this client's Lock
 	// calls waiting for it.
-	qmu    sync.Mutex
-	queues map[string]*turnstile
-	hot    map[string]time.Time // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
-	owed   []owedLeave          // guarded by qmu: Leaves that Close sends again (see owe)
-	live   map[*node.Key]bool   // guarded by qmu: the registrations of waiting calls (see register)
+	qmu     sync.Mutex
+	queues  map[string]*turnstile
+	hot     map[string]time.Time     // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
+	owed    []owedLeave              // guarded by qmu: Leaves that Close sends again (see owe)
+	live    map[*node.Key]bool       // guarded by qmu: the registrations of waiting calls (see register)
+	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see afterLeaves)
 	// finish has one queue per node of releases that failed for a reason
 	// that may pass, and finishing counts the goroutines working them
 	// (see finishLater).
@@ -172,7 +173,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{},
+	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	c.lates = make([]node.LateAnswerer, n)
 	c.handoff = true
@@ -446,6 +447,14 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		}
 		w.forget()
 		if reg == nil && (attempt > 1 || hot) {
+			// The first waiting attempt registers the call: not before
+			// the Leaves of the client's call before it have returned.
+			if err := c.afterLeaves(ctx, key, ""); err != nil {
+				if err == ErrClosed {
+					return nil, attempt - 1, err
+				}
+				return nil, attempt - 1, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+			}
 			reg = c.register(key, "", grant, cfg.shared)
 		}
 		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant, tok)

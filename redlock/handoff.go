@@ -344,6 +344,34 @@ func (c *Client) register(key, queue, grant string, shared bool) *node.Key {
 	return k
 }
 
+// leavingKey names a key's queue in Client.leaving.
+func leavingKey(key, queue string) string { return key + "\x00" + queue }
+
+// afterLeaves waits until the Leaves that an earlier call of this client
+// sent for key's queue (queue "": its own) have returned, before a call
+// registers there: the nodes know a waiter by its client's tag, and a
+// Leave that came after the next call's registration would take that
+// call's entry out (and hand a key reserved for the client on). Leaves
+// of one key go one call after another, as the calls do (the key's
+// local queue). It returns ctx's error or ErrClosed if either ends the
+// wait first.
+func (c *Client) afterLeaves(ctx context.Context, key, queue string) error {
+	c.qmu.Lock()
+	left := c.leaving[leavingKey(key, queue)]
+	c.qmu.Unlock()
+	if left == nil {
+		return nil
+	}
+	select {
+	case <-left:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
+}
+
 // leaveOwed is Close's last work on the queues: once every operation has
 // ended (no command of this client is still on its way but those that
 // run late), it sends the Leaves it owes (see owe), and those of the
@@ -416,6 +444,25 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 		return
 	}
 	k := *reg
+	var sending sync.WaitGroup // the Leaves below, for the key's next call (afterLeaves)
+	left := make(chan struct{})
+	lk := leavingKey(k.Name, k.Queue)
+	c.qmu.Lock()
+	c.leaving[lk] = left
+	c.qmu.Unlock()
+	c.bg.Add(1)
+	defer func() {
+		go func() {
+			defer c.bg.Done()
+			sending.Wait()
+			c.qmu.Lock()
+			if c.leaving[lk] == left {
+				delete(c.leaving, lk)
+			}
+			c.qmu.Unlock()
+			close(left)
+		}()
+	}()
 	for i, n := range c.nodes {
 		var acq *step // l's acquire on node i, which may still be on its way
 		if l != nil {
@@ -425,8 +472,10 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 			}
 		}
 		c.bg.Add(1) // within the caller's operation
+		sending.Add(1)
 		go func() {
 			defer c.bg.Done()
+			defer sending.Done()
 			t := c.nodeTimeout(i)
 			wctx, wcancel := context.WithTimeout(context.Background(), t+2*c.cfg.maxTimeout())
 			defer wcancel()

@@ -136,3 +136,59 @@ func TestCloseLeavesTheQueue(t *testing.T) {
 	}
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestLateLeaveSparesTheNextCall: a call that gives up leaves the
+// nodes' queue; the nodes know a waiter by its client's tag, so the
+// client's next call on the key registers only once those Leaves have
+// returned: a Leave that came after it would take its entry out.
+func TestLateLeaveSparesTheNextCall(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	ctx := context.Background()
+	holder := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour))
+	l := lockOnAll(t, ctx, holder, fakes)
+	hs := make([]*handoffNode, len(nodes))
+	for i, n := range nodes {
+		hs[i] = n.(watchHandoff).handoffNode
+	}
+	queuedEverywhere := func(n int) bool {
+		for _, h := range hs {
+			if h.waiting("k") != n {
+				return false
+			}
+		}
+		return true
+	}
+	w := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
+	ctx1, cancel1 := context.WithCancel(ctx)
+	r1 := waitIn(t, ctx1, w, clk, "k", 1)
+	require.Eventually(t, func() bool { return queuedEverywhere(1) }, 5*time.Second, time.Millisecond)
+	open := make(chan struct{})
+	for _, f := range fakes {
+		f.setBefore(gate("leave", open)) // the first call's Leaves are slow
+	}
+	cancel1()
+	require.ErrorIs(t, receiveLock(t, r1).err, context.Canceled)
+	require.Eventually(t, func() bool { return fakes[2].count("leave") == 1 }, 5*time.Second, time.Millisecond)
+	ctx2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	r2 := make(chan lockResult, 1)
+	go func() {
+		l, err := w.Lock(ctx2, "k")
+		r2 <- lockResult{l, err}
+	}()
+	time.Sleep(50 * time.Millisecond) // the second call registers now, or waits for the Leaves
+	close(open)
+	require.Eventually(t, func() bool {
+		for _, f := range fakes {
+			if f.count("leave") != 1 {
+				return false
+			}
+		}
+		return queuedEverywhere(1)
+	}, 5*time.Second, time.Millisecond, "the second call is queued on every node after the first call's Leaves")
+	time.Sleep(50 * time.Millisecond)
+	assert.True(t, queuedEverywhere(1), "and stays queued")
+	cancel2()
+	require.ErrorIs(t, receiveLock(t, r2).err, context.Canceled)
+	require.NoError(t, l.Unlock(ctx))
+}
