@@ -198,8 +198,9 @@ func (c *Client) Quorum() int { return c.quorum }
 
 // Close ends Lock's retry waits at once, waits for operations in progress
 // and for node calls still running in the background (each bounded by
-// about two node timeouts; the adaptive timeouts may grow a slow node's
-// to TTL/20), lets releases that failed on a node and are being retried
+// about two node timeouts, a leave of the queue by four: it waits for
+// its call's attempts first; the adaptive timeouts may grow a slow
+// node's to TTL/20), lets releases that failed on a node and are being retried
 // go on for four node timeouts more (at least 100ms), takes the Lock
 // calls it ended, and those that gave up lately where a command of theirs
 // may still register them, out of the nodes' queues (handing on a key
