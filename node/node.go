@@ -444,7 +444,10 @@ type Handoffer interface {
 	// head, as it does a key of its own queue that is absent where
 	// others wait (the rollback of its last attempt may have deleted it
 	// quietly, see Key.Requeue): a waiter that gives up leaves nothing
-	// behind.
+	// behind. A Leave with k.Grant names its call: where k.Owner's
+	// entry asks for another grant (the client's next call registered
+	// before a late Leave came), the entry and a key reserved for
+	// k.Owner stay; only a key that holds k.Grant is handed on.
 	Leave(ctx context.Context, k *Key) error
 }
 

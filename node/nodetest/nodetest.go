@@ -64,6 +64,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,6 +123,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("FencedQueue", func(t *testing.T) { testFencedQueue(t, f) })
 	t.Run("SharedQueue", func(t *testing.T) { testSharedQueue(t, f) })
 	t.Run("Grant", func(t *testing.T) { testGrant(t, f) })
+	t.Run("LeaveByCall", func(t *testing.T) { testLeaveByCall(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
@@ -1228,6 +1230,46 @@ func testQueue(t *testing.T, f Factory) {
 // own client's place; a watch for a grant message wakes for it alone;
 // semaphore slots reserve; nothing is left. A node that asks for no
 // grants (it reserves) skips the test.
+// testLeaveByCall: a Leave with a grant names its call. A late Leave
+// of a client's call that gave up, which comes after the client's next
+// call registered (asking for another grant), leaves that entry and a
+// key reserved for the client alone; the next call's own Leave takes
+// the entry out and hands the reservation on. A key granted to the
+// leaving call goes on to the next head, the next call included.
+func testLeaveByCall(t *testing.T, f Factory) {
+	e, h := startHandoffer(t, f)
+	name := "lk:leavecall"
+	wk := node.WaitersKey(name)
+	t.Cleanup(func() { e.do("DEL", name, wk) })
+	holder := node.Key{Name: name, Token: "tok-a", Owner: "a"}
+	e.resultOf(e.n.Acquire(e.ctx, &holder, time.Minute, false))(node.Done, "a takes the key")
+	g1, g2 := node.GrantValue("b", "call1"), node.GrantValue("b", "call2")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-b1", Owner: "b", Grant: g1}, 30*time.Second, true))(node.Taken, "b's first call waits")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-b2", Owner: "b", Grant: g2}, 30*time.Second, true))(node.Taken, "b's next call registers")
+	if entry, _ := e.do("HGET", wk, "b").([]byte); !strings.HasSuffix(string(entry), g2) {
+		// A node that sends no grant (see testGrant) names no call.
+		e.resultOf(e.n.Release(e.ctx, &holder, false))(node.Done, "a's rollback")
+		require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b"}))
+		t.Skip("the node asks for no grants: its waiters are known by tag")
+	}
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: g1}), "the first call's late Leave")
+	assert.Equal(t, int64(1), e.do("HEXISTS", wk, "b"), "the next call's entry stays")
+	e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "a releases")
+	assert.Equal(t, g2, e.get(name), "granted to the next call")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: g1}), "the first call's Leave, later still")
+	assert.Equal(t, g2, e.get(name), "the next call's grant stays")
+
+	// With a third client queued: the next call's own Leave hands its
+	// grant on to c.
+	c := node.Key{Name: name, Token: "tok-c", Owner: "c"}
+	e.resultOf(e.n.Acquire(e.ctx, &c, time.Minute, true))(node.Taken, "c waits")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: g2}), "the next call gives up")
+	assert.Equal(t, "~c", e.get(name), "its grant goes on to c")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "c"}))
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "c leaves: the key is free")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "and no one is queued")
+}
+
 func testGrant(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
 	name := "lk:grant"
