@@ -278,7 +278,7 @@ var announceYes, announceNo any = "1", "0"
 // key, raises the key's fence counter in the same step (see node.Fencer).
 func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
 	reply, err := n.run(ctx, "acquire", scripts.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
-		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), node.WaiterLease.Milliseconds())
+		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), node.WaiterLease.Milliseconds(), k.Owner, k.Ticket)
 	if err != nil {
 		return node.Result{}, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,10 +194,9 @@ func TestFencePausedHolderIsRefused(t *testing.T) {
 	t.Logf("A's write with fence %d refused after B's with %d", la.Fence(), lb.Fence())
 }
 
-// TestFencedWaiterIsWokenByTheRelease: a fenced Lock's waiter does not
-// queue on the nodes (a release with no one queued announces nothing),
-// but its refused attempts mark the queue key, so the holder's Unlock
-// still wakes it. With an hour's retry delay and the holder's keys
+// TestFencedWaiterIsWokenByTheRelease: a fenced Lock's waiter queues on
+// the nodes (its first attempt, which does not, marks the queue key), so
+// the holder's Unlock reserves the key for it and names it. With an hour's retry delay and the holder's keys
 // living 30 s, the waiter holds the lock well before they would expire.
 func TestFencedWaiterIsWokenByTheRelease(t *testing.T) {
 	p := fencePrefix(t, 3*time.Second)
@@ -219,4 +220,57 @@ func TestFencedWaiterIsWokenByTheRelease(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // w refused, subscribed, refused again
 	require.NoError(t, hl.Unlock(ctx))
 	require.NoError(t, <-got, "the waiter got the lock before its 10 s context ended (the holder's keys had 29 s left)")
+}
+
+// TestFencedWaiterIsServedInTurn: two clients take and release a key in
+// tight loops, holding it 5 ms, so that each Unlock finds the other
+// queued and hands the key on to it: the key is never free. A fenced Lock of a third client queues like any other
+// waiter, so a release reserves the key for it in its turn: it gets the
+// lock before its 10 s context ends (in practice within a few turns of
+// the others; the bound asserted is the context, not a speed).
+func TestFencedWaiterIsServedInTurn(t *testing.T) {
+	p := fencePrefix(t, 5*time.Second)
+	key := p + "k"
+	opt := redlock.WithNodeTimeout(200 * time.Millisecond) // a loaded machine must not cost a waiter its place
+	a, b := client(t, opt), client(t, opt)
+	w := client(t, opt, redlock.WithFencing())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var cycles atomic.Int64
+	for _, c := range []*redlock.Client{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				l, err := c.Lock(ctx, key)
+				cancel()
+				if err != nil {
+					continue
+				}
+				cycles.Add(1)
+				time.Sleep(5 * time.Millisecond) // the other is queued by the Unlock
+				_ = l.Unlock(context.Background())
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	// The two have taken turns for a while before the fenced call comes.
+	require.Eventually(t, func() bool { return cycles.Load() > 50 }, 10*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := cycles.Load()
+	l, err := w.Lock(ctx, key)
+	require.NoError(t, err, "the fenced waiter got the lock while the others went on (%d cycles meanwhile)", cycles.Load()-before)
+	assert.Positive(t, l.Fence())
+	t.Logf("fenced Lock held after %d cycles of the others", cycles.Load()-before)
+	require.NoError(t, l.Unlock(context.Background()))
 }

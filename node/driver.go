@@ -40,8 +40,9 @@ type Scripts struct {
 	Release Script
 	// Inspect: KEYS key, ReadersKey(key). Reply: ParseInspect.
 	Inspect Script
-	// AcquireFenced: KEYS key, FenceKey(key); ARGV token, ttl ms,
-	// counter TTL ms. Reply: ParseAcquire.
+	// AcquireFenced: KEYS key, FenceKey(key), Key.Waiters(); ARGV token,
+	// ttl ms, counter TTL ms, WaiterLease ms, owner ("" for an attempt
+	// that does not queue), ticket. Reply: ParseAcquire.
 	AcquireFenced Script
 	// ConfirmFence: KEYS key, FenceKey(key); ARGV token, fence, counter
 	// TTL ms. Reply: ParseStatus.
@@ -73,7 +74,7 @@ var luaScripts = Scripts{
 	Extend:        newLua(extendLua, 1),
 	Release:       newLua(releaseLua, 2, queueLua),
 	Inspect:       newLua(inspectLua, 2),
-	AcquireFenced: newLua(acquireFencedLua, 2),
+	AcquireFenced: newLua(acquireFencedLua, 2, queueLua),
 	ConfirmFence:  newLua(confirmFenceLua, 2),
 	Transfer:      newLua(transferLua, 2, queueLua),
 	Leave:         newLua(leaveLua, 2, queueLua),

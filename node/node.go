@@ -479,7 +479,10 @@ type Handoffer interface {
 	// head, as it does a key of its own queue that is absent where
 	// others wait (the rollback of its last attempt may have deleted it
 	// quietly, see Key.Requeue): a waiter that gives up leaves nothing
-	// behind.
+	// behind. A Leave with k.Grant names its call: where k.Owner's
+	// entry asks for another grant (the client's next call registered
+	// before a late Leave came), the entry and a key reserved for
+	// k.Owner stay; only a key that holds k.Grant is handed on.
 	Leave(ctx context.Context, k *Key) error
 }
 
@@ -548,9 +551,14 @@ func FenceKey(key string) string { return key + ":fence" }
 type Fencer interface {
 	// AcquireFenced is Acquire that, when it sets the key, also raises
 	// the key's counter as above in the same atomic step and returns
-	// the new value in Result.Fence. It does not queue; on a Handoffer,
-	// a refused one marks the queue of k (see Handoffer) so that the
-	// holder's release is announced.
+	// the new value in Result.Fence. On a Handoffer, one with k.Owner
+	// set is a waiting attempt: it queues (k.Owner, k.Ticket) and takes
+	// the key as a waiting Acquire does (free and the head of the
+	// queue, or reserved for it; a fenced waiter asks for no grant), so
+	// that fenced waiters are served in turn; the driver sends the owner
+	// as is, and the caller sets it only on a waiting attempt. One
+	// without an owner does not queue; a refused one marks the queue of
+	// k (see Handoffer) so that the holder's release is announced.
 	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)
 	// ConfirmFence raises the key's counter to at least fence while the
 	// key still holds k.Token: Done, or Taken (another token) or Absent,

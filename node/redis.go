@@ -477,7 +477,8 @@ var announceYes, announceNo any = "1", "0"
 // AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
 // was set, the fence counter raised in the same step (see Fencer).
 func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "acquire", acquireFencedScript, 3, k.Name, FenceKey(k.Name), k.Waiters(), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), waiterLeaseMS)
+	reply, err := r.evalKeys(ctx, "acquire", acquireFencedScript, 3, k.Name, FenceKey(k.Name), k.Waiters(), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), waiterLeaseMS,
+		k.Owner, k.Ticket)
 	if err != nil {
 		return Result{}, err
 	}

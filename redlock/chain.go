@@ -400,6 +400,13 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 	}
 	switch cmd.op {
 	case "acquire": // fenced
+		if !cmd.wait || !r.ch.c.handoff {
+			// Only a waiting attempt queues (node.Fencer), on nodes
+			// that keep a queue.
+			fk := *k
+			fk.Owner, fk.Ticket = "", 0
+			k = &fk
+		}
 		return n.(node.Fencer).AcquireFenced(ctx, k, cmd.ttl, counterTTL(cmd.ttl))
 	case "confirm":
 		return n.(node.Fencer).ConfirmFence(ctx, k, cmd.fence, counterTTL(cmd.ttl))

@@ -76,9 +76,12 @@ type Client struct {
 	bg sync.WaitGroup
 	// qmu guards queues: per key, the local FIFO of this client's Lock
 	// calls waiting for it.
-	qmu    sync.Mutex
-	queues map[string]*turnstile
-	hot    map[string]time.Time // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
+	qmu     sync.Mutex
+	queues  map[string]*turnstile
+	hot     map[string]time.Time     // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
+	owed    []owedLeave              // guarded by qmu: Leaves that Close sends again (see owe)
+	live    map[*node.Key]bool       // guarded by qmu: the registrations of waiting calls (see register)
+	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see afterLeaves)
 	// finish has one queue per node of releases that failed for a reason
 	// that may pass, and finishing counts the goroutines working them
 	// (see finishLater).
@@ -170,7 +173,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{},
+	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	c.lates = make([]node.LateAnswerer, n)
 	c.handoff = true
@@ -195,9 +198,13 @@ func (c *Client) Quorum() int { return c.quorum }
 
 // Close ends Lock's retry waits at once, waits for operations in progress
 // and for node calls still running in the background (each bounded by
-// about two node timeouts; the adaptive timeouts may grow a slow node's
-// to TTL/20), lets releases that failed on a node and are being retried
-// go on for four node timeouts more (at least 100ms), then closes the
+// about two node timeouts, a leave of the queue by four: it waits for
+// its call's attempts first; the adaptive timeouts may grow a slow
+// node's to TTL/20), lets releases that failed on a node and are being retried
+// go on for four node timeouts more (at least 100ms), takes the Lock
+// calls it ended, and those that gave up lately where a command of theirs
+// may still register them, out of the nodes' queues (handing on a key
+// reserved or granted to them), then closes the
 // nodes if Dial made them. Releases still unfinished then are reported in
 // an error wrapping ErrAbandoned; their keys expire by their TTL. Locks
 // still held are not released: they expire. Lock, TryLock, Extend and
@@ -211,6 +218,9 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		close(c.done)
 		c.bg.Wait()
+		if c.handoff {
+			c.leaveOwed()
+		}
 		c.finishing.Wait()
 		abandoned := c.abandoned()
 		if abandoned != nil {
@@ -346,32 +356,34 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	var (
 		w       *watches
 		o       *offer
-		perm    []int8 // per node, as refusals: what its last reply said
-		asked   int    // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
-		ticket  int64  // this call's place in the nodes' queue for key; 0 before it has one
-		grant   string // the node.Key.Grant this call asks for once it queues (see granted)
-		lost    bool   // a waiting attempt left a node's reply unknown: no grant is counted
-		refused bool   // an attempt failed for a reason a retry may change: this call waited
+		perm    []int8      // per node, as refusals: what its last reply said
+		asked   int         // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
+		ticket  int64       // this call's place in the nodes' queue for key; 0 before it has one
+		grant   string      // the node.Key.Grant this call asks for once it queues (see granted)
+		lost    bool        // a waiting attempt left a node's reply unknown: no grant is counted
+		refused bool        // an attempt failed for a reason a retry may change: this call waited
+		sent    []*inflight // waiting attempts whose commands may still register the call on a node
+		reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
 	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
 	// hotFor) instead of spending a round on a plain SET to learn that.
 	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
-	hot := queued && !cfg.fenced && c.contended(key)
+	hot := queued && c.contended(key)
 	defer func() {
 		if qe, ok := err.(*QuorumError); ok {
-			qe.ch, qe.undo = nil, nil // for undone only: the caller's error keeps no attempt alive
+			qe.ch, qe.undo, qe.sent = nil, nil, nil // for undone and leaveWaiters only: the caller's error keeps no attempt alive
 		}
 		if w != nil {
 			w.stop()
 		}
 		c.withdraw(key, o, l)
-		if attempt > 1 || hot && attempt == 1 {
+		if reg != nil {
 			// Waiting attempts registered this client as a waiter; a
 			// node that set the key dropped the registration itself.
-			// (attempt counts those made: none when a local holder
-			// handed the key over before this call tried the nodes.)
-			c.leaveWaiters(key, "", grant, cfg.shared, l)
+			// (None when a local holder handed the key over before
+			// this call made a waiting attempt.)
+			c.leaveWaiters(reg, l, sent)
 		}
 		if refused && queued {
 			// Also when a grant or a handoff ended the wait after the
@@ -437,6 +449,17 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			w.expect(c, node.GrantMessage(grant, tok))
 		}
 		w.forget()
+		if reg == nil && (attempt > 1 || hot) {
+			// The first waiting attempt registers the call: not before
+			// the Leaves of the client's call before it have returned.
+			if err := c.afterLeaves(ctx, key, ""); err != nil {
+				if err == ErrClosed {
+					return nil, attempt - 1, err
+				}
+				return nil, attempt - 1, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+			}
+			reg = c.register(key, "", grant, cfg.shared)
+		}
 		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant, tok)
 		switch {
 		case err != nil:
@@ -445,9 +468,20 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 			return l, attempt, nil
 		}
 		qe.Attempts = attempt
+		if qe.sent != nil {
+			sent = append(pending(sent), qe.sent)
+		}
 		lost = lost || qe.lost
 		sent := ticket
-		ticket = max(ticket, qe.ticket)
+		if qe.queued {
+			// Only a round that queued the call on a majority gives a
+			// ticket worth keeping: any call that queues later meets
+			// that majority on some node, whose counter has reached
+			// it, and gets a larger one. A ticket from a minority (a
+			// node whose counter lags, the others silent) could put
+			// this call ahead of one already queued on a majority.
+			ticket = max(ticket, qe.ticket)
+		}
 		perm = mergeRefusals(perm, qe.perm)
 		if qe.ctxErr != nil || c.hopeless(perm) {
 			return nil, attempt, qe
@@ -887,12 +921,16 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		return nil, qe
 	}
 	requeue := int64(0)
-	if wait && c.handoff && !cfg.shared && !cfg.fenced && cfg.queue == "" {
+	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.
-		given, _, _ := tickets(r.Replies, c.quorum)
-		requeue = max(ticket, given)
+		// (A ticket only from a round that queued it on a majority, as
+		// Client.retry keeps one.)
+		requeue = ticket
+		if given, queued, _ := tickets(r.Replies, c.quorum); queued {
+			requeue = max(ticket, given)
+		}
 	}
 	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
@@ -930,6 +968,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 			}
 		}
 		qe.ch = &l.ch
+		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail}
 	}
 	return nil, qe
 }

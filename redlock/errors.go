@@ -127,6 +127,7 @@ type QuorumError struct {
 	// otherwise keep the attempt's Lock alive.
 	ch   *chain
 	undo []*step
+	sent *inflight // the attempt's commands that may register the caller (see Client.leaveWaiters)
 }
 
 // undone reports whether a waiting attempt's rollback has freed every key

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/quorumlock/redlock/clock"
 	"github.com/quorumlock/redlock/node"
@@ -273,26 +275,194 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 	}()
 }
 
+// inflight is a waiting attempt's commands that may register its call
+// in a node's queue: the acquire (a waiting Acquire queues the caller)
+// and its rollback (a requeue, node.Key.Requeue), one step per node each.
+type inflight struct {
+	ch      *chain
+	acq, rb []step
+}
+
+// landed reports whether both of f's commands have returned on every node.
+func (f *inflight) landed() bool {
+	for i := range f.acq {
+		if !f.ch.landed(&f.acq[i]) || !f.ch.landed(&f.rb[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// pending drops from sent the attempts whose commands have all returned.
+func pending(sent []*inflight) []*inflight {
+	return slices.DeleteFunc(sent, (*inflight).landed)
+}
+
+// owedLeave is a Leave that Close sends again (see Client.owe): node i
+// may register the call after its Leave, or did not answer it.
+type owedLeave struct {
+	k     node.Key
+	i     int
+	until time.Time // on the client's clock: a registration made by then has lapsed
+}
+
+// maxOwed bounds the leaves Close sends again; beyond it, registrations
+// lapse with their lease (node.WaiterLease), grants with node.GrantTTL.
+const maxOwed = 4096
+
+// owe records that the Leave of k on node i may not have taken the
+// call's registration out for good: a command of the call there may
+// still run (it timed out, and a node may run a command after its
+// caller gave up on it), or the Leave itself failed. Close sends it
+// again (leaveOwed). A registration made after that lasts a lease, so
+// the debt ends a lease and two node timeouts from now.
+func (c *Client) owe(k node.Key, i int) {
+	now := c.clk.Now()
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	c.owed = slices.DeleteFunc(c.owed, func(o owedLeave) bool { return !now.Before(o.until) })
+	if len(c.owed) < maxOwed {
+		c.owed = append(c.owed, owedLeave{k: k, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout())})
+	}
+}
+
+// register records the registration in key's queue that a waiting call
+// is about to make (queue "": the key's own), until the call ends
+// (leaveWaiters takes it out); Close leaves the queue for the calls it
+// ends (leaveOwed).
+func (c *Client) register(key, queue, grant string, shared bool) *node.Key {
+	if !c.handoff {
+		return nil
+	}
+	k := &node.Key{Name: key, Owner: c.tag, Queue: queue, Grant: grant}
+	if shared {
+		k.Owner = c.rtag
+	}
+	c.qmu.Lock()
+	c.live[k] = true
+	c.qmu.Unlock()
+	return k
+}
+
+// leavingKey names a key's queue in Client.leaving.
+func leavingKey(key, queue string) string { return key + "\x00" + queue }
+
+// afterLeaves waits until the Leaves that an earlier call of this client
+// sent for key's queue (queue "": its own) have returned, before a call
+// registers there: the nodes know a waiter by its client's tag, and a
+// Leave that came after the next call's registration would take that
+// call's entry out (and hand a key reserved for the client on). Leaves
+// of one key go one call after another, as the calls do (the key's
+// local queue). It returns ctx's error or ErrClosed if either ends the
+// wait first.
+func (c *Client) afterLeaves(ctx context.Context, key, queue string) error {
+	c.qmu.Lock()
+	left := c.leaving[leavingKey(key, queue)]
+	c.qmu.Unlock()
+	if left == nil {
+		return nil
+	}
+	select {
+	case <-left:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
+}
+
+// leaveOwed is Close's last work on the queues: once every operation has
+// ended (no command of this client is still on its way but those that
+// run late), it sends the Leaves it owes (see owe), and those of the
+// waiting calls still registered (a call that Close ended may not have
+// begun its leaves yet, and cannot once the client is closed; it leaves
+// its registration to this), in parallel, each within its node's
+// timeout, so that a client that closes leaves neither a registration
+// nor a grant of its calls behind (a Leave hands a grant or reservation
+// on to the next head).
+func (c *Client) leaveOwed() {
+	now := c.clk.Now()
+	c.qmu.Lock()
+	owed := c.owed
+	c.owed = nil
+	for k := range c.live {
+		for i := range c.nodes {
+			owed = append(owed, owedLeave{k: *k, i: i, until: now.Add(time.Hour)})
+		}
+	}
+	clear(c.live)
+	c.qmu.Unlock()
+	var wg sync.WaitGroup
+	for _, o := range owed {
+		if !now.Before(o.until) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(o.i))
+			defer cancel()
+			start := c.clk.Now()
+			err := c.nodes[o.i].(node.Handoffer).Leave(ctx, &o.k)
+			c.callDone(o.i, "leave", c.clk.Since(start), err)
+		}()
+	}
+	wg.Wait()
+}
+
 // leaveWaiters drops this client's registration as a waiter for key
 // from queue ("": the key's own; a semaphore's, see node.Key.Queue)
 // (node.Handoffer.Leave), in the background, when a Lock call that waited
 // ends: on every node when it gives up, and where its lock l's acquire
 // did not set the key when it got the lock (that acquire dropped the
 // registration where it did; an acquire still on its way to a node is
-// waited for, up to a node timeout, before deciding). A waiting acquire
-// still on its way may register again after a Leave; that registration
-// lapses with its lease.
-func (c *Client) leaveWaiters(key, queue, grant string, shared bool, l *Lock) {
-	if !c.handoff || l != nil && grant != "" && l.k.Token == grant {
-		// Granted: the granting nodes dropped the registration; the
-		// others may grant later, to l's token, which its Unlock
-		// releases, or let it lapse.
+// waited for, up to a node timeout, before deciding). On each node the
+// Leave goes once the call's waiting attempts still on their way there
+// (sent; nil for none) have returned, acquire and rollback: either may
+// register the call, and would do it again after a Leave that overtook
+// it. One that has not returned by then (it timed out, and may still
+// run), or a Leave that fails, leaves a debt that Close pays (owe). The
+// registration k (see register; nil: none) is taken out of the client's
+// record of live ones; once the client is closed, Close leaves for it.
+func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
+	if reg == nil {
 		return
 	}
-	k := node.Key{Name: key, Owner: c.tag, Queue: queue, Grant: grant}
-	if shared {
-		k.Owner = c.rtag
+	if !c.begin() {
+		return // closed: Close leaves for the calls still registered (leaveOwed)
 	}
+	defer c.bg.Done()
+	c.qmu.Lock()
+	live := c.live[reg]
+	delete(c.live, reg)
+	c.qmu.Unlock()
+	if !live || l != nil && reg.Grant != "" && l.k.Token == reg.Grant {
+		// Left by Close; or granted: the granting nodes dropped the
+		// registration; the others may grant later, to l's token,
+		// which its Unlock releases, or let it lapse.
+		return
+	}
+	k := *reg
+	var sending sync.WaitGroup // the Leaves below, for the key's next call (afterLeaves)
+	left := make(chan struct{})
+	lk := leavingKey(k.Name, k.Queue)
+	c.qmu.Lock()
+	c.leaving[lk] = left
+	c.qmu.Unlock()
+	c.bg.Add(1)
+	defer func() {
+		go func() {
+			defer c.bg.Done()
+			sending.Wait()
+			c.qmu.Lock()
+			if c.leaving[lk] == left {
+				delete(c.leaving, lk)
+			}
+			c.qmu.Unlock()
+			close(left)
+		}()
+	}()
 	for i, n := range c.nodes {
 		var acq *step // l's acquire on node i, which may still be on its way
 		if l != nil {
@@ -301,24 +471,41 @@ func (c *Client) leaveWaiters(key, queue, grant string, shared bool, l *Lock) {
 				continue
 			}
 		}
-		if !c.begin() {
-			return
-		}
+		c.bg.Add(1) // within the caller's operation
+		sending.Add(1)
 		go func() {
 			defer c.bg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
-			defer cancel()
-			if acq != nil && l.ch.await(acq, ctx.Done()) && l.ch.stepSet(acq) {
+			defer sending.Done()
+			t := c.nodeTimeout(i)
+			wctx, wcancel := context.WithTimeout(context.Background(), t+2*c.cfg.maxTimeout())
+			defer wcancel()
+			if acq != nil && l.ch.await(acq, wctx.Done()) && l.ch.stepSet(acq) {
 				return // the node set the key, and dropped the registration with it
+			}
+			late := false
+			for _, f := range sent {
+				// The rollback waits for its acquire, then gets a
+				// node timeout of its own at most (see round.late).
+				if !f.ch.await(&f.acq[i], wctx.Done()) || !f.ch.await(&f.rb[i], wctx.Done()) {
+					late = true
+					continue
+				}
+				late = late || runsLate(f.acq[i].err) || runsLate(f.rb[i].err)
 			}
 			ok, gen := c.allow(i)
 			if !ok {
+				c.owe(k, i)
 				return
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), t)
+			defer cancel()
 			start := c.clk.Now()
 			err := n.(node.Handoffer).Leave(ctx, &k)
 			c.record(i, gen, err)
 			c.callDone(i, "leave", c.clk.Since(start), err)
+			if late || err != nil {
+				c.owe(k, i)
+			}
 		}()
 	}
 }

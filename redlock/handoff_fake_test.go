@@ -213,6 +213,14 @@ func (n *handoffNode) Leave(ctx context.Context, k *node.Key) error {
 	defer n.hmu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// leave.lua: a Leave with a grant names its call; an entry that asks
+	// for another grant is the client's next call's.
+	if w, ok := n.waiters[k.Waiters()][k.Owner]; ok && k.Grant != "" && w.grant != "" && w.grant != k.Grant {
+		if e, ok := n.get(k.Name); ok && e.token == k.Grant {
+			n.handOn(k.Name, k.Waiters(), "", false)
+		}
+		return nil
+	}
 	delete(n.waiters[k.Waiters()], k.Owner)
 	if e, ok := n.get(k.Name); ok && (e.token == "~"+k.Owner || k.Grant != "" && e.token == k.Grant) {
 		n.handOn(k.Name, k.Waiters(), k.Owner, false)

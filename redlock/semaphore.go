@@ -540,7 +540,7 @@ type place struct {
 // client in line (Handoffer.Leave).
 func (s *Semaphore) leave() {
 	for _, k := range s.slots {
-		s.c.leaveWaiters(k, s.queue, "", false, nil)
+		s.c.leaveWaiters(s.c.register(k, s.queue, "", false), nil, nil)
 	}
 }
 

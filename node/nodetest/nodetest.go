@@ -69,6 +69,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,8 +125,10 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Fence", func(t *testing.T) { testFence(t, f) })
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
+	t.Run("FencedQueue", func(t *testing.T) { testFencedQueue(t, f) })
 	t.Run("SharedQueue", func(t *testing.T) { testSharedQueue(t, f) })
 	t.Run("Grant", func(t *testing.T) { testGrant(t, f) })
+	t.Run("LeaveByCall", func(t *testing.T) { testLeaveByCall(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Tomb", func(t *testing.T) { testTomb(t, f) })
@@ -899,8 +902,8 @@ func testFence(t *testing.T, f Factory) {
 	assert.Greater(t, next.Fence, res.Fence+1000, "fences grow from one grant to the next")
 	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: k.Name, Token: "tok-3"}, false))(node.Done, "release")
 
-	// A fenced waiter does not queue, but a refused fenced acquire
-	// marks the queue key: the holder's announced release is then
+	// A fenced acquire without an owner does not queue, but a refused
+	// one marks the queue key: the holder's announced release is then
 	// published on the release channel, though no one is queued (see
 	// node.Handoffer).
 	if _, queues := e.n.(node.Handoffer); queues {
@@ -1020,6 +1023,58 @@ func testHandoff(t *testing.T, f Factory) {
 
 // testQueue checks the waiter queue of node.Handoffer: tickets in order,
 // reservations for the head, leases, Leave.
+// testFencedQueue: a waiting fenced acquire (k.Owner set) queues as a
+// waiting Acquire does, in ticket order with plain waiters; a release
+// reserves the key for it in its turn, and its fenced acquire takes the
+// reservation and raises the counter; while it heads the queue, a
+// plain waiter does not take the free key, nor does a fenced acquire
+// that does not queue take a reserved one.
+func testFencedQueue(t *testing.T, f Factory) {
+	e, _ := startHandoffer(t, f)
+	fe, ok := e.n.(node.Fencer)
+	if !ok {
+		t.Skip("the node is not a node.Fencer")
+	}
+	name := "lk:fqueue"
+	wk := node.WaitersKey(name)
+	t.Cleanup(func() { e.do("DEL", name, wk, node.FenceKey(name)) })
+	key := func(tok, owner string, ticket int64) *node.Key {
+		return &node.Key{Name: name, Token: tok, Owner: owner, Ticket: ticket}
+	}
+	holder := key("tok-a", "a", 0)
+	e.resultOf(e.n.Acquire(e.ctx, holder, time.Minute, false))(node.Done, "a takes the key")
+	fw := e.resultOf(fe.AcquireFenced(e.ctx, key("tok-f1", "f", 0), time.Minute, time.Hour))(node.Taken, "fenced f waits")
+	require.Positive(t, fw.Ticket, "a waiting fenced acquire is queued")
+	assert.InDelta(t, time.Minute, fw.TTL, float64(5*time.Second), "a held key: the holder's TTL")
+	b := e.resultOf(e.n.Acquire(e.ctx, key("tok-b1", "b", 0), time.Minute, true))(node.Taken, "b waits").Ticket
+	assert.Greater(t, b, fw.Ticket, "b came after f")
+	e.resultOf(fe.AcquireFenced(e.ctx, key("tok-f2", "f", fw.Ticket), time.Minute, time.Hour))(node.Taken, "f renews its place")
+
+	toF := e.subscribe(t, node.ReservedKey(name, "f"))
+	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
+	assert.Equal(t, "~f", e.get(name), "reserved for f, the head")
+	require.NotNil(t, receive(t, toF, 5*time.Second), "named on f's channel")
+	e.resultOf(fe.AcquireFenced(e.ctx, key("tok-x", "", 0), time.Minute, time.Hour))(node.Taken, "a fenced acquire that does not queue does not take a reserved key")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-b2", "b", b), time.Minute, true))(node.Taken, "b waits behind f")
+	res := e.resultOf(fe.AcquireFenced(e.ctx, key("tok-f3", "f", fw.Ticket), time.Minute, time.Hour))(node.Done, "f takes the key reserved for it")
+	assert.Positive(t, res.Fence, "and gets a fence")
+	assert.Equal(t, fmt.Sprint(res.Fence), e.get(node.FenceKey(name)), "the counter holds the fence")
+	assert.Equal(t, "tok-f3", e.get(name))
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "f"), "f has left the queue")
+	again := e.resultOf(fe.AcquireFenced(e.ctx, key("tok-f3", "f", fw.Ticket), time.Minute, time.Hour))(node.Done, "the same command run twice")
+	assert.Equal(t, res.Fence, again.Fence)
+
+	// Free key, b queued: a waiting fenced acquire that came after b
+	// does not take it; b does.
+	e.resultOf(e.n.Release(e.ctx, key("tok-f3", "f", 0), false))(node.Done, "f's rollback reserves the key for b")
+	assert.Equal(t, "~b", e.get(name))
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-b3", "b", b), time.Minute, true))(node.Done, "b takes it")
+	e.resultOf(e.n.Release(e.ctx, key("tok-b3", "b", 0), true))(node.Done, "b releases, no one queued")
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "the key is free")
+	e.resultOf(fe.AcquireFenced(e.ctx, key("tok-f4", "f", 0), time.Minute, time.Hour))(node.Done, "a lone fenced waiter takes a free key")
+	e.resultOf(e.n.Release(e.ctx, key("tok-f4", "f", 0), true))(node.Done, "release")
+}
+
 func testQueue(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
 	name := "lk:queue"
@@ -1181,6 +1236,46 @@ func testQueue(t *testing.T, f Factory) {
 // own client's place; a watch for a grant message wakes for it alone;
 // semaphore slots reserve; nothing is left. A node that asks for no
 // grants (it reserves) skips the test.
+// testLeaveByCall: a Leave with a grant names its call. A late Leave
+// of a client's call that gave up, which comes after the client's next
+// call registered (asking for another grant), leaves that entry and a
+// key reserved for the client alone; the next call's own Leave takes
+// the entry out and hands the reservation on. A key granted to the
+// leaving call goes on to the next head, the next call included.
+func testLeaveByCall(t *testing.T, f Factory) {
+	e, h := startHandoffer(t, f)
+	name := "lk:leavecall"
+	wk := node.WaitersKey(name)
+	t.Cleanup(func() { e.do("DEL", name, wk) })
+	holder := node.Key{Name: name, Token: "tok-a", Owner: "a"}
+	e.resultOf(e.n.Acquire(e.ctx, &holder, time.Minute, false))(node.Done, "a takes the key")
+	g1, g2 := node.GrantValue("b", "call1"), node.GrantValue("b", "call2")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-b1", Owner: "b", Grant: g1}, 30*time.Second, true))(node.Taken, "b's first call waits")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-b2", Owner: "b", Grant: g2}, 30*time.Second, true))(node.Taken, "b's next call registers")
+	if entry, _ := e.do("HGET", wk, "b").([]byte); !strings.HasSuffix(string(entry), g2) {
+		// A node that sends no grant (see testGrant) names no call.
+		e.resultOf(e.n.Release(e.ctx, &holder, false))(node.Done, "a's rollback")
+		require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b"}))
+		t.Skip("the node asks for no grants: its waiters are known by tag")
+	}
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: g1}), "the first call's late Leave")
+	assert.Equal(t, int64(1), e.do("HEXISTS", wk, "b"), "the next call's entry stays")
+	e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "a releases")
+	assert.Equal(t, g2, e.get(name), "granted to the next call")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: g1}), "the first call's Leave, later still")
+	assert.Equal(t, g2, e.get(name), "the next call's grant stays")
+
+	// With a third client queued: the next call's own Leave hands its
+	// grant on to c.
+	c := node.Key{Name: name, Token: "tok-c", Owner: "c"}
+	e.resultOf(e.n.Acquire(e.ctx, &c, time.Minute, true))(node.Taken, "c waits")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "b", Grant: g2}), "the next call gives up")
+	assert.Equal(t, "~c", e.get(name), "its grant goes on to c")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "c"}))
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "c leaves: the key is free")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "and no one is queued")
+}
+
 func testGrant(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
 	name := "lk:grant"

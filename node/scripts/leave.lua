@@ -9,8 +9,25 @@
 -- ARGV[1]  the waiter's client tag (node.Key.Owner)
 -- ARGV[2]  the grant it asked for (node.Key.Grant); "" (or absent): none
 -- Returns  1.
-pcall(queue_drop, KEYS[2], ARGV[1])
+-- The queue knows a waiter by its client's tag; a Leave with a grant
+-- names its call (the grant is fresh for each call, node.GrantValue).
+-- An entry that asks for another grant is the client's next call's,
+-- registered before this Leave came (a Leave may run late): it stays,
+-- and so does a key reserved for the client, which that call takes.
+local e = redis.pcall("HGET", KEYS[2], ARGV[1])
+local mine = true
+if ARGV[2] and ARGV[2] ~= "" and type(e) == "string" then
+  local _, _, _, _, _, g = queue_entry(e)
+  mine = not g or g == ARGV[2]
+end
 local v = redis.call("GET", KEYS[1])
+if not mine then
+  if v == ARGV[2] then
+    hand_on(KEYS[1], KEYS[2], nil) -- the next call may be the head
+  end
+  return 1
+end
+pcall(queue_drop, KEYS[2], ARGV[1])
 if v == "~" .. ARGV[1] or (v == ARGV[2] and v ~= "") then
   hand_on(KEYS[1], KEYS[2], ARGV[1])
 elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
