@@ -46,15 +46,25 @@ type Config struct {
 	// Faults are the per-command fault probabilities and bounds; the
 	// history sets the Seed.
 	Faults faultnode.Schedule
-	// Restart is the probability that one node restarts (loses the
-	// history's keys and is down for TTLMax plus NodeTimeout) at a random
-	// moment of the history.
-	Restart float64
+	// Restart is the probability that RestartNodes nodes (default one)
+	// restart at a random moment of the history: they lose the history's
+	// keys and are down for RestartDown (default TTLMax plus NodeTimeout:
+	// a delayed restart, as the Redlock description requires). A
+	// majority, or a shorter down time, is unsafe by design: the tests
+	// use it to show that the exclusion oracle fails.
+	Restart      float64
+	RestartNodes int
+	RestartDown  time.Duration
 	// RoundTrip is the round trip allowed, besides NodeTimeout, for the
 	// keys to come free (the Release oracle).
 	RoundTrip time.Duration
-	// StarveBound is how many grants to others a waiter may see.
+	// StarveBound is how many times a waiter may be overtaken (see
+	// Starved).
 	StarveBound int
+	// Forget makes the holders drop their locks without Unlock: a broken
+	// history whose keys stay until their TTL, for the tests that show
+	// the Release and Leftover oracles fail.
+	Forget bool
 	// Ops, when not empty, are the only operations drawn (names as in
 	// AllOps).
 	Ops []string
@@ -80,7 +90,7 @@ func Default() Config {
 		},
 		Restart:     0.2,
 		RoundTrip:   100 * time.Millisecond,
-		StarveBound: 8,
+		StarveBound: 5,
 	}
 }
 
@@ -136,9 +146,10 @@ type history struct {
 	chk    checker.Checker
 	ops    atomic.Int64
 
-	mu    sync.Mutex // guards waits, opsBy
-	waits []Wait
-	opsBy map[string]int
+	mu     sync.Mutex // guards waits, grants, opsBy
+	waits  []Wait
+	grants []Grant
+	opsBy  map[string]int
 }
 
 // Run runs the history of seed on cl and checks it.
@@ -195,20 +206,25 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	var restarts sync.WaitGroup
 	if rng.Float64() < cfg.Restart {
 		at := time.Duration(rng.Int64N(int64(cfg.Duration)))
-		i := rng.IntN(n)
-		restarts.Add(1)
-		go func() {
-			defer restarts.Done()
-			t := time.NewTimer(at)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				if err := h.states[i].Restart(context.Background(), cfg.TTLMax+cfg.NodeTimeout); err != nil {
-					h.harness(res, "restart: "+err.Error())
+		down := cfg.RestartDown
+		if down == 0 {
+			down = cfg.TTLMax + cfg.NodeTimeout
+		}
+		for _, i := range rng.Perm(n)[:min(max(cfg.RestartNodes, 1), n)] {
+			restarts.Add(1)
+			go func() {
+				defer restarts.Done()
+				t := time.NewTimer(at)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					if err := h.states[i].Restart(context.Background(), down); err != nil {
+						h.harness(res, "restart: "+err.Error())
+					}
+				case <-runCtx.Done():
 				}
-			case <-runCtx.Done():
-			}
-		}()
+			}()
+		}
 	}
 	var workers sync.WaitGroup
 	for c, rc := range clients {
@@ -255,7 +271,7 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	res.Violations[Exclusion] = append(res.Violations[Exclusion], Overlaps(ws)...)
 	res.Violations[Permits] = append(res.Violations[Permits], TooMany(ws, h.prefix+"s:permit:", cfg.Permits)...)
 	h.mu.Lock()
-	res.Violations[Starvation] = append(res.Violations[Starvation], Starved(h.waits, ws, cfg.StarveBound)...)
+	res.Violations[Starvation] = append(res.Violations[Starvation], Starved(h.waits, h.grants, cfg.StarveBound)...)
 	res.opsBy = h.opsBy
 	h.mu.Unlock()
 	res.Ops = int(h.ops.Load())
@@ -345,6 +361,9 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 		}
 		return
 	}
+	h.mu.Lock()
+	h.grants = append(h.grants, Grant{Holder: holder, Key: l.Key(), Start: start, Got: got})
+	h.mu.Unlock()
 	var w *checker.Hold
 	if l.Shared() {
 		w = h.chk.BeginShared(holder, l.Key(), l.Token(), got, l.Until())
@@ -361,6 +380,9 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 	}
 	time.Sleep(hold / 2)
 	w.End(time.Now())
+	if h.cfg.Forget {
+		return
+	}
 	uctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTLMax)
 	_ = l.Unlock(uctx)
 	cancel()
