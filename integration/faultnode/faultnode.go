@@ -257,10 +257,14 @@ func Wrap(in node.Node, sched *Schedule, stream uint64, st *State) (*Node, error
 	return &Node{in: full, sched: sched, stream: stream, st: st}, nil
 }
 
+// command is one command on the inner node.
+type command func(ctx context.Context) (node.Result, error)
+
 // do runs one command under the schedule's fault. run is the command on
-// the inner node; it must not keep anything of the caller's after it
-// returns, since a late run happens after the caller has moved on.
-func (n *Node) do(ctx context.Context, op string, run func(ctx context.Context) (node.Result, error)) (node.Result, error) {
+// the inner node with the caller's arguments; detach, called only for a
+// late command and before do returns, makes the same command on copies
+// of them, since a node may not keep a *node.Key past its return.
+func (n *Node) do(ctx context.Context, op string, run command, detach func() command) (node.Result, error) {
 	if n.st.off.Load() {
 		return n.runUp(ctx, op, run)
 	}
@@ -287,7 +291,7 @@ func (n *Node) do(ctx context.Context, op string, run func(ctx context.Context) 
 	case Late:
 		start := time.Now()
 		n.st.late.Add(1)
-		go n.runLate(start, f.Pause, ctx, run)
+		go n.runLate(start, f.Pause, ctx, detach())
 		untilDeadline(ctx)
 		return node.Result{}, n.fail(op, "command delayed, will run late", node.ErrTimeout)
 	}
@@ -315,7 +319,7 @@ func untilDeadline(ctx context.Context) {
 
 // runLate runs a command made late: after its caller's deadline plus
 // pause, with its own deadline as long as the caller's was.
-func (n *Node) runLate(start time.Time, pause time.Duration, caller context.Context, run func(ctx context.Context) (node.Result, error)) {
+func (n *Node) runLate(start time.Time, pause time.Duration, caller context.Context, run command) {
 	defer n.st.late.Done()
 	untilDeadline(caller)
 	budget := noDeadline
@@ -333,7 +337,7 @@ func (n *Node) runLate(start time.Time, pause time.Duration, caller context.Cont
 }
 
 // runUp runs a command on the inner node unless the node is down.
-func (n *Node) runUp(ctx context.Context, op string, run func(ctx context.Context) (node.Result, error)) (node.Result, error) {
+func (n *Node) runUp(ctx context.Context, op string, run command) (node.Result, error) {
 	n.st.run.RLock()
 	defer n.st.run.RUnlock()
 	if n.st.isDown() {
@@ -350,72 +354,85 @@ func (n *Node) fail(op, why string, kind error) error {
 // Addr returns the wrapped node's address.
 func (n *Node) Addr() string { return n.in.Addr() }
 
+// on returns run on k, and the same on a copy of k when detached.
+func (n *Node) on(ctx context.Context, op string, k *node.Key, run func(ctx context.Context, k *node.Key) (node.Result, error)) (node.Result, error) {
+	return n.do(ctx, op, func(ctx context.Context) (node.Result, error) { return run(ctx, k) },
+		func() command {
+			kc := *k
+			return func(ctx context.Context) (node.Result, error) { return run(ctx, &kc) }
+		})
+}
+
 // Acquire forwards node.Node.Acquire under the schedule.
 func (n *Node) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "acquire", func(ctx context.Context) (node.Result, error) { return n.in.Acquire(ctx, &kc, ttl, holderTTL) })
+	return n.on(ctx, "acquire", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.Acquire(ctx, k, ttl, holderTTL)
+	})
 }
 
 // Extend forwards node.Node.Extend under the schedule.
 func (n *Node) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "extend", func(ctx context.Context) (node.Result, error) { return n.in.Extend(ctx, &kc, ttl) })
+	return n.on(ctx, "extend", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.Extend(ctx, k, ttl)
+	})
 }
 
 // Release forwards node.Node.Release under the schedule.
 func (n *Node) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "release", func(ctx context.Context) (node.Result, error) { return n.in.Release(ctx, &kc, announce) })
+	return n.on(ctx, "release", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.Release(ctx, k, announce)
+	})
 }
 
 // Transfer forwards node.Handoffer.Transfer under the schedule.
 func (n *Node) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
-	fc, tc := *from, *to
-	return n.do(ctx, "transfer", func(ctx context.Context) (node.Result, error) { return n.in.Transfer(ctx, &fc, &tc, ttl) })
+	return n.do(ctx, "transfer", func(ctx context.Context) (node.Result, error) { return n.in.Transfer(ctx, from, to, ttl) },
+		func() command {
+			fc, tc := *from, *to
+			return func(ctx context.Context) (node.Result, error) { return n.in.Transfer(ctx, &fc, &tc, ttl) }
+		})
 }
 
 // Leave forwards node.Handoffer.Leave under the schedule.
 func (n *Node) Leave(ctx context.Context, k *node.Key) error {
-	kc := *k
-	_, err := n.do(ctx, "leave", func(ctx context.Context) (node.Result, error) {
-		return node.Result{Status: node.Done}, n.in.Leave(ctx, &kc)
+	_, err := n.on(ctx, "leave", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return node.Result{Status: node.Done}, n.in.Leave(ctx, k)
 	})
 	return err
 }
 
 // AcquireFenced forwards node.Fencer.AcquireFenced under the schedule.
 func (n *Node) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "acquire-fenced", func(ctx context.Context) (node.Result, error) {
-		return n.in.AcquireFenced(ctx, &kc, ttl, counterTTL)
+	return n.on(ctx, "acquire-fenced", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.AcquireFenced(ctx, k, ttl, counterTTL)
 	})
 }
 
 // ConfirmFence forwards node.Fencer.ConfirmFence under the schedule.
 func (n *Node) ConfirmFence(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "confirm-fence", func(ctx context.Context) (node.Result, error) {
-		return n.in.ConfirmFence(ctx, &kc, fence, counterTTL)
+	return n.on(ctx, "confirm-fence", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.ConfirmFence(ctx, k, fence, counterTTL)
 	})
 }
 
 // AcquireShared forwards node.Sharer.AcquireShared under the schedule.
 func (n *Node) AcquireShared(ctx context.Context, k *node.Key, ttl time.Duration, wait bool) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "acquire-shared", func(ctx context.Context) (node.Result, error) { return n.in.AcquireShared(ctx, &kc, ttl, wait) })
+	return n.on(ctx, "acquire-shared", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.AcquireShared(ctx, k, ttl, wait)
+	})
 }
 
 // ExtendShared forwards node.Sharer.ExtendShared under the schedule.
 func (n *Node) ExtendShared(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "extend-shared", func(ctx context.Context) (node.Result, error) { return n.in.ExtendShared(ctx, &kc, ttl) })
+	return n.on(ctx, "extend-shared", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.ExtendShared(ctx, k, ttl)
+	})
 }
 
 // ReleaseShared forwards node.Sharer.ReleaseShared under the schedule.
 func (n *Node) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
-	kc := *k
-	return n.do(ctx, "release-shared", func(ctx context.Context) (node.Result, error) {
-		return n.in.ReleaseShared(ctx, &kc, announce)
+	return n.on(ctx, "release-shared", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.ReleaseShared(ctx, k, announce)
 	})
 }
 

@@ -98,12 +98,20 @@ type Options struct {
 	Concurrency int
 	// FirstSeed is the first history's seed; the others follow it.
 	FirstSeed int64
+	// Repeat, when > 1, runs every seed that many times: a violation
+	// that hangs on the goroutines' interleaving shows in some runs of
+	// its seed, not all.
+	Repeat int
 	// Log, when not nil, gets every history with a violation of an
 	// oracle in Fatal or Print (the seed first), as it ends.
 	Log io.Writer
 	// Fatal are the oracles whose violations fail the run; Print the
 	// others that are printed as they come.
 	Fatal, Print map[Oracle]bool
+	// LogLimit, when > 0, caps how many histories are printed per
+	// oracle (the summary still counts them all, with their first
+	// seeds).
+	LogLimit int
 }
 
 // RunMany runs histories of seeds FirstSeed, FirstSeed+1, ... until the
@@ -114,6 +122,7 @@ func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*
 	start := time.Now()
 	var mu sync.Mutex
 	var failed []*Result
+	logged := map[Oracle]int{}
 	seeds := make(chan int64)
 	var wg sync.WaitGroup
 	for range max(o.Concurrency, 1) {
@@ -129,7 +138,16 @@ func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*
 					failed = append(failed, r)
 				}
 				if o.Log != nil && (bad || r.Failed(o.Print)) {
-					fmt.Fprintln(o.Log, r.String())
+					show := bad || o.LogLimit <= 0
+					for _, k := range Oracles {
+						if len(r.Violations[k]) > 0 && o.Print[k] {
+							logged[k]++
+							show = show || logged[k] <= o.LogLimit
+						}
+					}
+					if show {
+						fmt.Fprintln(o.Log, r.String())
+					}
 				}
 				mu.Unlock()
 			}
@@ -139,7 +157,7 @@ func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*
 		if ctx.Err() != nil || time.Since(start) > o.Budget || (o.Max > 0 && int(i) >= o.Max) {
 			break
 		}
-		seeds <- o.FirstSeed + i
+		seeds <- o.FirstSeed + i/int64(max(o.Repeat, 1))
 	}
 	close(seeds)
 	wg.Wait()
