@@ -135,7 +135,6 @@ func TestHistories(t *testing.T) {
 	t.Logf("first seed %d (HISTORY_SEED=<seed> replays one history), faults %q, fatal oracles %q",
 		o.FirstSeed, env("HISTORY_FAULTS", shortFaults), env("HISTORY_FATAL", shortFatal))
 	sum, failed := history.RunMany(context.Background(), shared, cfg, o)
-	t.Logf("\n%s", sum)
 	os.Stdout.WriteString(sum.String())
 	for _, r := range failed {
 		t.Errorf("history failed a fatal oracle (replay: HISTORY_SEED=%d):\n%s", r.Seed, r)
