@@ -103,6 +103,7 @@ type Result struct {
 	Violations map[Oracle][]string      // by oracle
 	Errors     []string                 // the harness' own failures (not the library's)
 	Abandoned  int                      // Close calls that reported ErrAbandoned
+	Unreadable int                      // node reads by the oracles that failed (a node down)
 	opsBy      map[string]int
 }
 

@@ -23,6 +23,7 @@ type Summary struct {
 	Violations, Failing map[Oracle]int
 	Seeds               map[Oracle][]int64
 	HarnessErrors       int
+	Unreadable          int
 	Elapsed             time.Duration
 }
 
@@ -55,14 +56,15 @@ func (s *Summary) add(r *Result) {
 	if len(r.Errors) > 0 {
 		s.HarnessErrors++
 	}
+	s.Unreadable += r.Unreadable
 }
 
 // String reports the counts: histories, operations, faults by kind and
 // violations per oracle, with the first failing seeds of each.
 func (s *Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "histories %d in %v, operations %d, grants %d, closes abandoning releases %d, harness errors %d\n",
-		s.Histories, s.Elapsed.Round(time.Second), s.Ops, s.Grants, s.Abandoned, s.HarnessErrors)
+	fmt.Fprintf(&b, "histories %d in %v, operations %d, grants %d, closes abandoning releases %d, harness errors %d, nodes unreadable %d\n",
+		s.Histories, s.Elapsed.Round(time.Second), s.Ops, s.Grants, s.Abandoned, s.HarnessErrors, s.Unreadable)
 	ops := make([]string, 0, len(s.OpsBy))
 	for k := range s.OpsBy {
 		ops = append(ops, k)
