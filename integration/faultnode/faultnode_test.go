@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/quorumlock/redlock/integration/faultnode"
 	"github.com/quorumlock/redlock/node"
 )
@@ -205,3 +207,6 @@ func TestWrapRefusesANodeWithoutTheCapabilities(t *testing.T) {
 		t.Fatalf("got %v, want ErrShape", err)
 	}
 }
+
+// TestMain checks that no late command's goroutine outlives the tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
