@@ -1,0 +1,139 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/redlock/quorum"
+)
+
+// lockKeys are the history's lock keys: the exclusive key, the
+// read/write key and the semaphore's slots.
+func (h *history) lockKeys() []string {
+	keys := []string{h.prefix + "x", h.prefix + "rw"}
+	for i := range h.cfg.Permits {
+		keys = append(keys, fmt.Sprintf("%ss:permit:%d", h.prefix, i))
+	}
+	return keys
+}
+
+// checkFree is the Release oracle: every lock key must be absent on a
+// majority of the nodes within NodeTimeout plus RoundTrip of now (the
+// faults have stopped, the holders unlocked, late commands ran).
+func (h *history) checkFree(res *Result) {
+	deadline := time.Now().Add(h.cfg.NodeTimeout + h.cfg.RoundTrip)
+	need := quorum.Majority(h.cl.Size())
+	for _, k := range h.lockKeys() {
+		for {
+			free, held, err := h.freeOn(k)
+			if err != nil {
+				// A node restarting (a real restart, see
+				// torture's restart test) cannot be read: it is not
+				// counted free, and the next look may find it up.
+				held = err.Error()
+			}
+			if free >= need {
+				break
+			}
+			if time.Now().After(deadline) {
+				res.Violations[Release] = append(res.Violations[Release],
+					fmt.Sprintf("%s free on %d nodes (majority %d) %v after the faults stopped and the holders unlocked: %s",
+						k, free, need, h.cfg.NodeTimeout+h.cfg.RoundTrip, held))
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// freeOn counts the nodes where key is absent, and describes the others.
+func (h *history) freeOn(key string) (int, string, error) {
+	free := 0
+	var held []string
+	for i := range h.cl.Size() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		info, err := h.cl.Direct(i).Inspect(ctx, key)
+		cancel()
+		if err != nil {
+			held = append(held, fmt.Sprintf("node %d unreadable (%v)", i, err))
+			continue
+		}
+		if info.Token == "" {
+			free++
+		} else {
+			held = append(held, fmt.Sprintf("node %d=%q (ttl %v)", i, info.Token, info.TTL))
+		}
+	}
+	return free, strings.Join(held, ", "), nil
+}
+
+// unreadable counts a node the harness could not read or clean (down for
+// a real restart): not the library's failure, nor the harness'.
+func (h *history) unreadable(res *Result) {
+	harnessMu.Lock()
+	res.Unreadable++
+	harnessMu.Unlock()
+}
+
+// checkLeftovers is the Leftover oracle: after every client closed, the
+// nodes hold no key of the history's but fence counters.
+func (h *history) checkLeftovers(res *Result) {
+	for i := range h.cl.Size() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		keys, err := h.cl.Direct(i).Keys(ctx, h.prefix+"*")
+		cancel()
+		if err != nil {
+			h.unreadable(res) // a node down has nothing left
+			continue
+		}
+		var left []string
+		for _, k := range keys {
+			if strings.HasSuffix(k, ":fence") {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			v, _ := h.cl.Direct(i).Command(ctx, "GET", k)
+			ttl, _ := h.cl.Direct(i).Command(ctx, "PTTL", k)
+			cancel()
+			if b, ok := v.([]byte); ok {
+				v = string(b)
+			}
+			left = append(left, fmt.Sprintf("%s=%v (pttl %v)", k, v, ttl))
+		}
+		if len(left) > 0 {
+			res.Violations[Leftover] = append(res.Violations[Leftover], fmt.Sprintf("node %d after Close: %s", i, strings.Join(left, " ")))
+		}
+	}
+}
+
+// del deletes the history's keys on node i, fence counters too: a
+// restart without persistence loses them (the nodes then seed them from
+// their clocks again).
+func (h *history) del(ctx context.Context, i int) error {
+	keys, err := h.cl.Direct(i).Keys(ctx, h.prefix+"*")
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, err := h.cl.Direct(i).Command(ctx, "DEL", k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cleanup deletes every key of the history on every node, so that the
+// next history and the package's leftover check start clean.
+func (h *history) cleanup(res *Result) {
+	for i := range h.cl.Size() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := h.del(ctx, i); err != nil {
+			// A node down for a restart without persistence comes
+			// back empty.
+			h.unreadable(res)
+		}
+		cancel()
+	}
+}

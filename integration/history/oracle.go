@@ -1,0 +1,119 @@
+package history
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/redlock/integration/checker"
+)
+
+// Oracle names one property a history must keep.
+type Oracle string
+
+// The oracles, in the order they are reported.
+const (
+	// Exclusion: no two exclusive holds of a key overlap, and no writer
+	// overlaps a reader (validity windows on this process's clock).
+	Exclusion Oracle = "exclusion"
+	// Permits: a semaphore never has more holders than permits.
+	Permits Oracle = "permits"
+	// Release: once the faults stop and the holders have unlocked, every
+	// key is free on a majority within one node timeout plus a round
+	// trip, not a TTL.
+	Release Oracle = "release"
+	// Leftover: once every client is closed, nothing of theirs is left on
+	// any node (fence counters apart: they outlive locks by design).
+	Leftover Oracle = "leftover"
+	// Starvation: a waiter is served before more than a bound of other
+	// holders are granted the key it waits for.
+	Starvation Oracle = "starvation"
+)
+
+// Oracles lists every oracle in report order.
+var Oracles = []Oracle{Exclusion, Permits, Release, Leftover, Starvation}
+
+// Wait is one call that waited for a key (Lock, RLock, Semaphore.Acquire).
+type Wait struct {
+	Holder int
+	Op     string
+	// Group is the key, or for a semaphore the prefix of its slots' keys:
+	// the windows that count as the lock moving while the call waits.
+	Group      string
+	Start, End time.Time
+	Served     bool // it returned a lock
+	// Cancelled marks a wait its caller gave up early on purpose; it is
+	// still checked up to then.
+	Cancelled bool
+}
+
+// Overlaps returns the exclusion violations among ws: overlapping
+// windows of different holds of one key, two reads apart.
+func Overlaps(ws []checker.Window) []string {
+	var c checker.Checker
+	for _, w := range ws {
+		c.Record(w)
+	}
+	var out []string
+	for _, o := range c.Overlaps() {
+		kind := "exclusive holds"
+		if o.A.Shared || o.B.Shared {
+			kind = "a writer and a reader"
+		}
+		out = append(out, kind+": "+o.String())
+	}
+	return out
+}
+
+// TooMany returns a violation when more than permits windows on keys that
+// start with prefix were open at one instant.
+func TooMany(ws []checker.Window, prefix string, permits int) []string {
+	var c checker.Checker
+	for _, w := range ws {
+		c.Record(w)
+	}
+	if n, at := c.MostAtOnce(prefix); n > permits {
+		return []string{fmt.Sprintf("semaphore %q of %d permits had %d holders at once (at %s)", prefix, permits, n, at.Format("15:04:05.000000"))}
+	}
+	return nil
+}
+
+// Grant is one lock a call returned: who, on which key, when the call
+// began and when it returned.
+type Grant struct {
+	Holder     int
+	Key        string
+	Start, Got time.Time
+}
+
+// Starved returns the waits that were overtaken more than bound times:
+// while the wait went on, a call on the wait's group that began after it
+// (by another holder) was granted first. A waiter that queues is served
+// before those that come after it but for a few (a TryLock that finds
+// the key free between two attempts, a handoff within the releaser's
+// client); one passed over without end starves. A bound counts grants,
+// not time, so a slow machine does not make it fail.
+func Starved(waits []Wait, grants []Grant, bound int) []string {
+	var out []string
+	for _, w := range waits {
+		n := 0
+		for _, g := range grants {
+			if g.Holder != w.Holder && strings.HasPrefix(g.Key, w.Group) &&
+				g.Start.After(w.Start) && g.Got.Before(w.End) {
+				n++
+			}
+		}
+		if n > bound {
+			how := "unserved"
+			switch {
+			case w.Served:
+				how = "served"
+			case w.Cancelled:
+				how = "cancelled"
+			}
+			out = append(out, fmt.Sprintf("holder %d's %s on %q (%s after %v) was overtaken %d times (bound %d)",
+				w.Holder, w.Op, w.Group, how, w.End.Sub(w.Start).Round(time.Millisecond), n, bound))
+		}
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package history_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/integration/history"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func win(holder int, key, token string, from, to int, shared bool) checker.Window {
+	return checker.Window{Holder: holder, Key: key, Token: token, Acquired: at(from), End: at(to), Shared: shared}
+}
+
+func TestOverlapsFindsTwoWritersAndAWriterWithAReader(t *testing.T) {
+	ws := []checker.Window{
+		win(0, "x", "a", 0, 100, false),
+		win(1, "x", "b", 90, 200, false),  // overlaps a by 10ms
+		win(2, "x", "c", 200, 300, false), // starts as b ends: fine
+		win(3, "rw", "r1", 0, 100, true),
+		win(4, "rw", "r2", 50, 150, true),  // two readers: fine
+		win(5, "rw", "w", 140, 200, false), // a writer over r2
+		win(6, "y", "d", 95, 150, false),   // another key: fine
+	}
+	got := history.Overlaps(ws)
+	if len(got) != 2 {
+		t.Fatalf("want the two overlaps, got %d: %q", len(got), got)
+	}
+}
+
+func TestOverlapsPassesAGoodHistory(t *testing.T) {
+	ws := []checker.Window{
+		win(0, "x", "a", 0, 100, false),
+		win(1, "x", "b", 100, 200, false),
+		win(0, "x", "c", 200, 300, false),
+		win(1, "rw", "r1", 0, 100, true),
+		win(2, "rw", "r2", 10, 100, true),
+		win(0, "rw", "w", 100, 150, false),
+	}
+	if got := history.Overlaps(ws); len(got) != 0 {
+		t.Fatalf("a history without overlaps reported: %q", got)
+	}
+}
+
+func TestTooManyFindsAThirdHolderOfTwoPermits(t *testing.T) {
+	ws := []checker.Window{
+		win(0, "s:permit:0", "a", 0, 100, false),
+		win(1, "s:permit:1", "b", 10, 100, false),
+		win(2, "s:permit:1", "c", 50, 60, false), // a third at once (and over b)
+	}
+	if got := history.TooMany(ws, "s:permit:", 2); len(got) != 1 {
+		t.Fatalf("want one violation, got %q", got)
+	}
+	if got := history.TooMany(ws[:2], "s:permit:", 2); len(got) != 0 {
+		t.Fatalf("two holders of two permits reported: %q", got)
+	}
+}
+
+func TestStarvedFindsAWaiterOvertakenTooOften(t *testing.T) {
+	waits := []history.Wait{
+		{Holder: 0, Op: "lock", Group: "x", Start: at(0), End: at(500), Served: true},
+		{Holder: 1, Op: "lock", Group: "x", Start: at(0), End: at(50), Served: true},
+	}
+	var grants []history.Grant
+	for i := range 4 { // four later calls of holder 2 served while 0 waits
+		grants = append(grants, history.Grant{Holder: 2, Key: "x", Start: at(10 + 100*i), Got: at(20 + 100*i)})
+	}
+	// Holder 3 began before holder 0: served first, not an overtake.
+	grants = append(grants, history.Grant{Holder: 3, Key: "x", Start: at(-5), Got: at(30)})
+	got := history.Starved(waits, grants, 3)
+	if len(got) != 1 {
+		t.Fatalf("want holder 0 starved (4 overtakes, bound 3), got %q", got)
+	}
+	if got := history.Starved(waits, grants, 4); len(got) != 0 {
+		t.Fatalf("4 overtakes within a bound of 4 reported: %q", got)
+	}
+}

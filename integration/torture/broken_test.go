@@ -1,0 +1,48 @@
+package torture_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock/integration/history"
+)
+
+// The oracles must be able to fail: histories broken on purpose must
+// show violations.
+
+// TestExclusionOracleCatchesUnsafeRestarts restarts a majority of the
+// nodes at once and at once brings them back (no delay), losing the
+// holders' keys: another client's TryLock then takes a lock still held,
+// which the Redlock description warns of, and the exclusion oracle must
+// see it.
+func TestExclusionOracleCatchesUnsafeRestarts(t *testing.T) {
+	cfg := history.Default()
+	cfg.Faults.Delay, cfg.Faults.LostReply, cfg.Faults.LostCommand, cfg.Faults.Late = 0, 0, 0, 0
+	cfg.Restart, cfg.RestartNodes, cfg.RestartDown = 1, 3, time.Nanosecond
+	cfg.Ops = []string{"trylock"}
+	cfg.MaxHold = 250 * time.Millisecond
+	cfg.Duration = 500 * time.Millisecond
+	sum, _ := history.RunMany(context.Background(), shared, cfg, history.Options{Max: 12, Budget: time.Minute, Concurrency: 4, FirstSeed: 1})
+	t.Logf("\n%s", sum)
+	if sum.Violations[history.Exclusion] == 0 {
+		t.Fatalf("a majority restarted without delay under held locks broke no exclusion in %d histories", sum.Histories)
+	}
+}
+
+// TestReleaseAndLeftoverOraclesCatchForgottenLocks has the holders drop
+// their locks without Unlock: the keys stay for their TTL, which the
+// Release oracle (free within a node timeout plus a round trip) and the
+// Leftover oracle (nothing left after Close) must both report.
+func TestReleaseAndLeftoverOraclesCatchForgottenLocks(t *testing.T) {
+	cfg := history.Default()
+	cfg.Faults.Delay, cfg.Faults.LostReply, cfg.Faults.LostCommand, cfg.Faults.Late, cfg.Restart = 0, 0, 0, 0, 0
+	cfg.Forget = true
+	cfg.Ops = []string{"trylock", "sem"}
+	sum, _ := history.RunMany(context.Background(), shared, cfg, history.Options{Max: 4, Budget: time.Minute, Concurrency: 4, FirstSeed: 1})
+	t.Logf("\n%s", sum)
+	if sum.Failing[history.Release] != sum.Histories || sum.Failing[history.Leftover] != sum.Histories {
+		t.Fatalf("forgotten locks: release failed %d and leftover %d of %d histories; want all",
+			sum.Failing[history.Release], sum.Failing[history.Leftover], sum.Histories)
+	}
+}
