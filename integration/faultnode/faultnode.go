@@ -144,6 +144,11 @@ type State struct {
 	// Wipe, called by Restart, deletes what the node loses in a restart
 	// (the keys of the history using it). Set it before first use.
 	Wipe func(ctx context.Context) error
+	// Trace, when not nil, is told of every command that ran on the
+	// node (on time, late, or with its reply lost), as it returns: what
+	// the node did, in the order it did it, to read a violation by.
+	// Set it before first use.
+	Trace func(Event)
 
 	// run is held shared by every command while it runs on the node,
 	// and exclusively by a restart: a command runs wholly before the
@@ -196,6 +201,28 @@ func (s *State) Counts() map[Kind]int64 {
 func (s *State) isDown() bool {
 	d := s.down.Load()
 	return d != 0 && time.Now().UnixNano() < d
+}
+
+// Event is one command that ran on a node (State.Trace).
+type Event struct {
+	Stream uint64    // the wrapper's stream: one per client and node
+	Op     string    // the Node method, in lower case ("acquire", ...)
+	Key    node.Key  // the key it was called with (a copy)
+	Start  time.Time // when it began to run on the node
+	End    time.Time // when it returned
+	Status node.Status
+	Err    error
+}
+
+// String is the event on one line.
+func (e Event) String() string {
+	s := fmt.Sprintf("%s +%v s%d %s %s tok=%s owner=%s grant=%s queue=%s ticket=%d requeue=%v tomb=%v -> %v",
+		e.Start.Format("15:04:05.000000"), e.End.Sub(e.Start).Round(time.Microsecond), e.Stream, e.Op,
+		e.Key.Name, e.Key.Token, e.Key.Owner, e.Key.Grant, e.Key.Queue, e.Key.Ticket, e.Key.Requeue, e.Key.Tomb, e.Status)
+	if e.Err != nil {
+		s += " err=" + e.Err.Error()
+	}
+	return s
 }
 
 // Inner is what a Node wraps: a node.Node with every optional capability
@@ -356,11 +383,26 @@ func (n *Node) Addr() string { return n.in.Addr() }
 
 // on returns run on k, and the same on a copy of k when detached.
 func (n *Node) on(ctx context.Context, op string, k *node.Key, run func(ctx context.Context, k *node.Key) (node.Result, error)) (node.Result, error) {
+	run = n.traced(op, run)
 	return n.do(ctx, op, func(ctx context.Context) (node.Result, error) { return run(ctx, k) },
 		func() command {
 			kc := *k
 			return func(ctx context.Context) (node.Result, error) { return run(ctx, &kc) }
 		})
+}
+
+// traced returns run, telling State.Trace of each call when it is set.
+func (n *Node) traced(op string, run func(ctx context.Context, k *node.Key) (node.Result, error)) func(ctx context.Context, k *node.Key) (node.Result, error) {
+	tr := n.st.Trace
+	if tr == nil {
+		return run
+	}
+	return func(ctx context.Context, k *node.Key) (node.Result, error) {
+		start := time.Now()
+		res, err := run(ctx, k)
+		tr(Event{Stream: n.stream, Op: op, Key: *k, Start: start, End: time.Now(), Status: res.Status, Err: err})
+		return res, err
+	}
 }
 
 // Acquire forwards node.Node.Acquire under the schedule.
@@ -384,12 +426,15 @@ func (n *Node) Release(ctx context.Context, k *node.Key, announce bool) (node.Re
 	})
 }
 
-// Transfer forwards node.Handoffer.Transfer under the schedule.
+// Transfer forwards node.Handoffer.Transfer under the schedule (traced
+// with to, the key it hands on to).
 func (n *Node) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
-	return n.do(ctx, "transfer", func(ctx context.Context) (node.Result, error) { return n.in.Transfer(ctx, from, to, ttl) },
+	run := n.traced("transfer", func(ctx context.Context, k *node.Key) (node.Result, error) { return n.in.Transfer(ctx, from, k, ttl) })
+	return n.do(ctx, "transfer", func(ctx context.Context) (node.Result, error) { return run(ctx, to) },
 		func() command {
 			fc, tc := *from, *to
-			return func(ctx context.Context) (node.Result, error) { return n.in.Transfer(ctx, &fc, &tc, ttl) }
+			run := n.traced("transfer", func(ctx context.Context, k *node.Key) (node.Result, error) { return n.in.Transfer(ctx, &fc, k, ttl) })
+			return func(ctx context.Context) (node.Result, error) { return run(ctx, &tc) }
 		})
 }
 

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,18 @@ type Config struct {
 	// Ops, when not empty, are the only operations drawn (names as in
 	// AllOps).
 	Ops []string
+	// TombMax is the longest a tombstone (node.TombKey) may still live
+	// after Close: the client renews one while it watches a release,
+	// each time for the longest wait between tries (2 s) and a node
+	// timeout (redlock's Client.tomb), and stops at Close. A tombstone
+	// holds no lock and no place in a queue; the Leftover oracle counts
+	// one as left over when it has no TTL or a longer one. Default:
+	// 2 s plus NodeTimeout.
+	TombMax time.Duration
+	// Trace keeps every command the nodes ran (faultnode.Event), and
+	// hands it back in Result.Trace for a history that failed Release or
+	// Leftover.
+	Trace bool
 }
 
 // AllOps names every operation a worker draws from.
@@ -104,7 +117,13 @@ type Result struct {
 	Errors     []string                 // the harness' own failures (not the library's)
 	Abandoned  int                      // Close calls that reported ErrAbandoned
 	Unreadable int                      // node reads by the oracles that failed (a node down)
-	opsBy      map[string]int
+	// Tombstones counts the tombstones found after Close that expire by
+	// themselves within Config.TombMax (not left over).
+	Tombstones int
+	// Trace is every command the nodes ran, in order, when Config.Trace
+	// is set and Release or Leftover failed.
+	Trace []string
+	opsBy map[string]int
 }
 
 // Failed reports whether any oracle in fatal found a violation, or the
@@ -147,10 +166,11 @@ type history struct {
 	chk    checker.Checker
 	ops    atomic.Int64
 
-	mu     sync.Mutex // guards waits, grants, opsBy
+	mu     sync.Mutex // guards waits, grants, opsBy, trace
 	waits  []Wait
 	grants []Grant
 	opsBy  map[string]int
+	trace  []faultnode.Event
 }
 
 // Run runs the history of seed on cl and checks it.
@@ -165,6 +185,13 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	h.states = make([]*faultnode.State, n)
 	for i := range h.states {
 		h.states[i] = &faultnode.State{Wipe: func(ctx context.Context) error { return h.del(ctx, i) }}
+		if cfg.Trace {
+			h.states[i].Trace = func(e faultnode.Event) {
+				h.mu.Lock()
+				h.trace = append(h.trace, e)
+				h.mu.Unlock()
+			}
+		}
 	}
 	clients := make([]*redlock.Client, cfg.Clients)
 	var wrapped []*faultnode.Node
@@ -277,6 +304,12 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	h.mu.Lock()
 	res.Violations[Starvation] = append(res.Violations[Starvation], Starved(h.waits, h.grants, cfg.StarveBound)...)
 	res.opsBy = h.opsBy
+	if len(res.Violations[Release])+len(res.Violations[Leftover]) > 0 {
+		slices.SortFunc(h.trace, func(a, b faultnode.Event) int { return a.Start.Compare(b.Start) })
+		for _, e := range h.trace {
+			res.Trace = append(res.Trace, fmt.Sprintf("node %d client %d: %s", e.Stream%uint64(n), e.Stream/uint64(n), e))
+		}
+	}
 	h.mu.Unlock()
 	res.Ops = int(h.ops.Load())
 	res.Grants = len(ws)

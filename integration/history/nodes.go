@@ -78,8 +78,13 @@ func (h *history) unreadable(res *Result) {
 }
 
 // checkLeftovers is the Leftover oracle: after every client closed, the
-// nodes hold no key of the history's but fence counters.
+// nodes hold no key of the history's but fence counters and tombstones
+// that expire within Config.TombMax (counted in Result.Tombstones).
 func (h *history) checkLeftovers(res *Result) {
+	tombMax := h.cfg.TombMax
+	if tombMax == 0 {
+		tombMax = 2*time.Second + h.cfg.NodeTimeout
+	}
 	for i := range h.cl.Size() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		keys, err := h.cl.Direct(i).Keys(ctx, h.prefix+"*")
@@ -96,9 +101,28 @@ func (h *history) checkLeftovers(res *Result) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			v, _ := h.cl.Direct(i).Command(ctx, "GET", k)
 			ttl, _ := h.cl.Direct(i).Command(ctx, "PTTL", k)
-			cancel()
 			if b, ok := v.([]byte); ok {
 				v = string(b)
+			} else if all, err := h.cl.Direct(i).Command(ctx, "HGETALL", k); err == nil {
+				// A queue (a hash): its entries say whose it is.
+				if fs, ok := all.([]any); ok {
+					var kv []string
+					for _, f := range fs {
+						if b, ok := f.([]byte); ok {
+							kv = append(kv, string(b))
+						}
+					}
+					v = "{" + strings.Join(kv, " ") + "}"
+				}
+			}
+			cancel()
+			ms, _ := ttl.(int64)
+			if ms == -2 {
+				continue // expired between KEYS and PTTL
+			}
+			if strings.Contains(k, ":dead:") && ms >= 0 && time.Duration(ms)*time.Millisecond <= tombMax {
+				res.Tombstones++
+				continue
 			}
 			left = append(left, fmt.Sprintf("%s=%v (pttl %v)", k, v, ttl))
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 // Summary adds up many histories.
 type Summary struct {
 	Histories, Ops, Grants, Abandoned int
+	Tombstones                        int // found after Close, expiring within Config.TombMax
 	OpsBy                             map[string]int
 	Faults                            map[faultnode.Kind]int64
 	// Violations counts violations per oracle, Histories per oracle the
@@ -37,6 +40,7 @@ func (s *Summary) add(r *Result) {
 	s.Ops += r.Ops
 	s.Grants += r.Grants
 	s.Abandoned += r.Abandoned
+	s.Tombstones += r.Tombstones
 	for k, v := range r.opsBy {
 		s.OpsBy[k] += v
 	}
@@ -63,8 +67,8 @@ func (s *Summary) add(r *Result) {
 // violations per oracle, with the first failing seeds of each.
 func (s *Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "histories %d in %v, operations %d, grants %d, closes abandoning releases %d, harness errors %d, nodes unreadable %d\n",
-		s.Histories, s.Elapsed.Round(time.Second), s.Ops, s.Grants, s.Abandoned, s.HarnessErrors, s.Unreadable)
+	fmt.Fprintf(&b, "histories %d in %v, operations %d, grants %d, closes abandoning releases %d, harness errors %d, nodes unreadable %d, tombstones expiring after Close %d\n",
+		s.Histories, s.Elapsed.Round(time.Second), s.Ops, s.Grants, s.Abandoned, s.HarnessErrors, s.Unreadable, s.Tombstones)
 	ops := make([]string, 0, len(s.OpsBy))
 	for k := range s.OpsBy {
 		ops = append(ops, k)
@@ -114,6 +118,9 @@ type Options struct {
 	// oracle (the summary still counts them all, with their first
 	// seeds).
 	LogLimit int
+	// TraceDir, when set, gets the trace of each history that failed
+	// Release or Leftover (Config.Trace), as trace-<seed>.log.
+	TraceDir string
 }
 
 // RunMany runs histories of seeds FirstSeed, FirstSeed+1, ... until the
@@ -149,6 +156,10 @@ func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*
 					}
 					if show {
 						fmt.Fprintln(o.Log, r.String())
+					}
+					if o.TraceDir != "" && len(r.Trace) > 0 {
+						_ = os.WriteFile(filepath.Join(o.TraceDir, fmt.Sprintf("trace-%d.log", r.Seed)),
+							[]byte(r.String()+"\n"+strings.Join(r.Trace, "\n")+"\n"), 0o644)
 					}
 				}
 				mu.Unlock()

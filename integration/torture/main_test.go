@@ -11,6 +11,8 @@
 //	HISTORY_FAULTS       fault kinds on, comma-separated (default: the short run's set)
 //	HISTORY_FATAL        oracles that fail the test (default: the short run's set)
 //	HISTORY_OPS          operations drawn (default all)
+//	HISTORY_TRACE        a directory: each history failing release or
+//	                     leftover writes there every command the nodes ran
 package torture_test
 
 import (

@@ -127,6 +127,9 @@ func TestHistories(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config(t, env("HISTORY_FAULTS", shortFaults))
+	if o.TraceDir = os.Getenv("HISTORY_TRACE"); o.TraceDir != "" {
+		cfg.Trace = true
+	}
 	o.Fatal = oracles(t, env("HISTORY_FATAL", shortFatal))
 	o.Print = map[history.Oracle]bool{}
 	for _, k := range history.Oracles {
