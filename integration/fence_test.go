@@ -195,7 +195,7 @@ func TestFencePausedHolderIsRefused(t *testing.T) {
 }
 
 // TestFencedWaiterIsWokenByTheRelease: a fenced Lock's waiter queues on
-// the nodes (its first attempt, which does not, marks the queue key), so
+// the nodes (its first attempt does not, and leaves nothing where it is refused), so
 // the holder's Unlock reserves the key for it and names it. With an hour's retry delay and the holder's keys
 // living 30 s, the waiter holds the lock well before they would expire.
 func TestFencedWaiterIsWokenByTheRelease(t *testing.T) {

@@ -408,9 +408,8 @@ const WaiterLease = 2 * time.Second
 // one is queued, Release deletes the key and publishes nothing, with
 // announce too: a client's waiter queues with each waiting attempt, and
 // makes one as soon as its watch is ready, so no waiter that could miss
-// the release is listening; a refused Fencer.AcquireFenced (whose caller
-// does not queue) and a waiting Acquire that cannot queue (a user
-// without TIME) mark WaitersKey with its ticket counter alone, for
+// the release is listening; a waiting Acquire that cannot queue (a
+// user without TIME) marks WaitersKey with its ticket counter alone, for
 // WaiterLease, which makes the next release announce the delete. A
 // queue with no head to hand on to (only
 // the releaser's own client, or waiters that may all take the key, as
@@ -557,8 +556,8 @@ type Fencer interface {
 	// queue, or reserved for it; a fenced waiter asks for no grant), so
 	// that fenced waiters are served in turn; the driver sends the owner
 	// as is, and the caller sets it only on a waiting attempt. One
-	// without an owner does not queue; a refused one marks the queue of
-	// k (see Handoffer) so that the holder's release is announced.
+	// without an owner does not queue, and leaves nothing on the node
+	// where it is refused.
 	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)
 	// ConfirmFence raises the key's counter to at least fence while the
 	// key still holds k.Token: Done, or Taken (another token) or Absent,

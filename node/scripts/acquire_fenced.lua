@@ -22,10 +22,12 @@
 -- needs the confirm round, node.Fencer), and takes a free key only as
 -- the head of the queue, so that releases that hand the key on serve it
 -- in its turn like any other waiter. An attempt that does not queue
--- takes a free key in no order, but its caller may be listening for the
--- release: a refused one marks the queue key (the ticket counter alone,
--- for a lease), so that a release that finds no waiter there announces
--- the delete to all rather than nothing (see release.lua).
+-- (a TryLock's, a Lock's first) takes a free key in no order and leaves
+-- nothing where it is refused: a Lock that goes on waiting subscribes
+-- and then queues with a waiting attempt, as an unfenced one does. (It
+-- used to mark the queue key for a lease so that the release was
+-- announced; since fenced waiters queue, that mark only outlived the
+-- calls that made it.)
 -- The time seed keeps the counter above every value handed out before
 -- when the counter is lost (restart without persistence, expiry), as long
 -- as the node's clock does not step back. Microseconds since 1970 stay
@@ -44,10 +46,6 @@ end
 local tag = KEYS[3] and ARGV[5] or ""
 if tag == "" then
   if v then
-    if KEYS[3] then
-      redis.pcall("HSETNX", KEYS[3], "#", 0)
-      redis.pcall("PEXPIRE", KEYS[3], ARGV[4])
-    end
     return redis.call("PTTL", KEYS[1])
   end
 elseif v == "~" .. tag then
