@@ -79,7 +79,8 @@ type Client struct {
 	qmu     sync.Mutex
 	queues  map[string]*turnstile
 	hot     map[string]time.Time     // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
-	owed    []owedLeave              // guarded by qmu: Leaves that Close sends again (see owe)
+	owed    []owedLeave              // guarded by qmu: Leaves sent again until their debt ends, and by Close (see owe)
+	reowing bool                     // guarded by qmu: resend is running
 	live    map[*node.Key]bool       // guarded by qmu: the registrations of waiting calls (see register)
 	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see afterLeaves)
 	// finish has one queue per node of releases that failed for a reason

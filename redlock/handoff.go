@@ -298,32 +298,158 @@ func pending(sent []*inflight) []*inflight {
 	return slices.DeleteFunc(sent, (*inflight).landed)
 }
 
-// owedLeave is a Leave that Close sends again (see Client.owe): node i
-// may register the call after its Leave, or did not answer it.
+// owedLeave is a Leave sent again (see Client.owe): node i may register
+// the call after its Leave, or did not answer it.
 type owedLeave struct {
 	k     node.Key
 	i     int
-	until time.Time // on the client's clock: a registration made by then has lapsed
+	until time.Time     // on the client's clock: a registration made by then has lapsed
+	next  time.Time     // when resend sends it again
+	wait  time.Duration // the wait after that
 }
 
-// maxOwed bounds the leaves Close sends again; beyond it, registrations
-// lapse with their lease (node.WaiterLease), grants with node.GrantTTL.
+// maxOwed bounds the leaves owed; beyond it, registrations lapse with
+// their lease (node.WaiterLease), grants with node.GrantTTL.
 const maxOwed = 4096
 
 // owe records that the Leave of k on node i may not have taken the
 // call's registration out for good: a command of the call there may
 // still run (it timed out, and a node may run a command after its
-// caller gave up on it), or the Leave itself failed. Close sends it
-// again (leaveOwed). A registration made after that lasts a lease, so
-// the debt ends a lease and two node timeouts from now.
+// caller gave up on it), or the Leave itself failed. A registration made
+// after that lasts a lease, so the debt ends a lease and two node
+// timeouts from now. Until then the Leave is sent again in the
+// background (resend), its wait doubling from finishFirst to watchMax,
+// as a watched release is (watchRelease): the registration, or a key a
+// release reserved or granted to it, is gone within that wait of the
+// late command, not a lease later. Close sends what is still owed once
+// more (leaveOwed).
 func (c *Client) owe(k node.Key, i int) {
 	now := c.clk.Now()
 	c.qmu.Lock()
-	defer c.qmu.Unlock()
 	c.owed = slices.DeleteFunc(c.owed, func(o owedLeave) bool { return !now.Before(o.until) })
 	if len(c.owed) < maxOwed {
-		c.owed = append(c.owed, owedLeave{k: k, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout())})
+		c.owed = append(c.owed, owedLeave{k: k, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout()),
+			next: now.Add(finishFirst), wait: 2 * finishFirst})
 	}
+	start := !c.reowing
+	c.reowing = true
+	c.qmu.Unlock()
+	if start {
+		if !c.begin() {
+			c.qmu.Lock()
+			c.reowing = false
+			c.qmu.Unlock()
+			return // closed: Close sends them (leaveOwed)
+		}
+		go c.resend()
+	}
+}
+
+// resend sends the owed Leaves again as each one's time comes (see owe),
+// until none is owed or the client closes: one goroutine per client.
+func (c *Client) resend() {
+	defer c.bg.Done()
+	for {
+		c.qmu.Lock()
+		now := c.clk.Now()
+		c.owed = slices.DeleteFunc(c.owed, func(o owedLeave) bool { return !now.Before(o.until) })
+		if len(c.owed) == 0 {
+			c.reowing = false
+			c.qmu.Unlock()
+			return
+		}
+		next := c.owed[0].next
+		for _, o := range c.owed[1:] {
+			if o.next.Before(next) {
+				next = o.next
+			}
+		}
+		c.qmu.Unlock()
+		t := c.clk.NewTimer(next.Sub(now))
+		select {
+		case <-t.C():
+		case <-c.done:
+			t.Stop()
+			c.qmu.Lock()
+			c.reowing = false
+			c.qmu.Unlock()
+			return
+		}
+		c.resendDue()
+	}
+}
+
+// resendDue sends the owed Leaves whose time has come, in parallel, each
+// within its node's timeout. A debt ends early where a waiting call of
+// this client is registered in that queue again: the nodes know a
+// waiter by its client's tag, so the entry is that call's now, which
+// leaves it when it ends. While they are on their way the key's next
+// call waits for them before it registers (afterLeaves), as for a
+// call's own Leaves.
+func (c *Client) resendDue() {
+	now := c.clk.Now()
+	left := make(chan struct{})
+	var due []owedLeave
+	var gated []string
+	c.qmu.Lock()
+	for j := range c.owed {
+		o := &c.owed[j]
+		if o.next.After(now) {
+			continue
+		}
+		if c.registered(&o.k) {
+			o.until = now // the registered call's
+			continue
+		}
+		lk := leavingKey(o.k.Name, o.k.Queue)
+		if g := c.leaving[lk]; g != nil && g != left {
+			continue // a call's Leaves are on their way: after them
+		}
+		if c.leaving[lk] == nil {
+			c.leaving[lk] = left
+			gated = append(gated, lk)
+		}
+		o.next, o.wait = now.Add(o.wait), min(2*o.wait, watchMax)
+		due = append(due, *o)
+	}
+	c.qmu.Unlock()
+	var wg sync.WaitGroup
+	for _, o := range due {
+		ok, gen := c.allow(o.i)
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(o.i))
+			defer cancel()
+			start := c.clk.Now()
+			err := c.nodes[o.i].(node.Handoffer).Leave(ctx, &o.k)
+			c.record(o.i, gen, err)
+			c.callDone(o.i, "leave", c.clk.Since(start), err)
+		}()
+	}
+	wg.Wait()
+	c.qmu.Lock()
+	for _, lk := range gated {
+		if c.leaving[lk] == left {
+			delete(c.leaving, lk)
+		}
+	}
+	c.qmu.Unlock()
+	close(left)
+}
+
+// registered reports whether a waiting call of this client is registered
+// in k's queue under k's owner tag (see register). Under c.qmu.
+func (c *Client) registered(k *node.Key) bool {
+	for r := range c.live {
+		if r.Name == k.Name && r.Queue == k.Queue && r.Owner == k.Owner {
+			return true
+		}
+	}
+	return false
 }
 
 // register records the registration in key's queue that a waiting call

@@ -464,6 +464,48 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 	}
 }
 
+// TestLostLeaveIsSentAgainBeforeClose: a Leave that fails on a node is
+// sent again in the background, its wait doubling, without waiting for
+// the client's Close: the node drops the registration (and would hand
+// on a key reserved for the call) once it answers, not a lease later.
+func TestLostLeaveIsSentAgainBeforeClose(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	hook, heal := flaky("leave")
+	fakes[0].setBefore(hook)
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	clk.Advance(200 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if n.(*handoffNode).waiting("k") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "registered on every node")
+	cancel()
+	r := receiveLock(t, rc)
+	require.ErrorIs(t, r.err, context.Canceled)
+	for i, n := range nodes[1:] {
+		require.Eventually(t, func() bool { return n.(*handoffNode).waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d", i+1)
+	}
+	require.Eventually(t, func() bool { return fakes[0].count("leave") == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, 1, nodes[0].(*handoffNode).waiting("k"), "the lost Leave left the registration")
+	// The sends again come at 20, 60, 140 ms ... after the first: with
+	// the node healed, the first of them takes the registration out.
+	heal()
+	require.Eventually(t, func() bool {
+		clk.Advance(10 * time.Millisecond)
+		return nodes[0].(*handoffNode).waiting("k") == 0
+	}, 5*time.Second, 5*time.Millisecond, "sent again, before Close")
+	assert.Equal(t, 2, fakes[0].count("leave"), "once more: it answered")
+	clk.Advance(5 * time.Second)
+	require.NoError(t, c.Close())
+}
+
 // TestWaiterThatGetsTheLockLeavesNothing: a Lock call that waited and got
 // the lock sends no Leave to a node whose acquire set the key, also when
 // that acquire answered after the call had returned at the majority: the

@@ -180,7 +180,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		if p != nil && p.tried && !passed {
 			// No waiter of this client takes over its place in the
 			// line (and the reservations announced to it).
-			s.leave()
+			s.leave(p)
 		}
 	}()
 	// Ready for a slot that an Unlock of this client hands over from the
@@ -529,18 +529,22 @@ type place struct {
 	ticket int64 // the largest ticket a node gave it; 0 before the first
 	queued bool  // its last refused attempt was queued on a majority
 	tried  bool  // it has made a waiting attempt: it may be registered
+	// sent are its waiting attempts per slot whose commands may still
+	// register the client on a node (see Client.leaveWaiters).
+	sent map[int][]*inflight
 }
 
 // leave takes the client out of the nodes' line of the semaphore, in
 // the background, when an Acquire that queued there ends and no other
 // waiter of the client takes over: on every node (an acquire that set
 // its slot left the line there, but a waiting attempt still on its way
-// when a handoff came may have queued the client again) and at every
-// slot, so that a slot reserved for the client is handed on to the next
+// when a handoff came may have queued the client again; on each node the
+// Leave waits for p's attempts there, and is owed again when one may
+// still run late) and at every slot, so that a slot reserved for the client is handed on to the next
 // client in line (Handoffer.Leave).
-func (s *Semaphore) leave() {
-	for _, k := range s.slots {
-		s.c.leaveWaiters(s.c.register(k, s.queue, "", false), nil, nil)
+func (s *Semaphore) leave(p *place) {
+	for i, k := range s.slots {
+		s.c.leaveWaiters(s.c.register(k, s.queue, "", false), nil, p.sent[i])
 	}
 }
 
@@ -586,6 +590,12 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 		err = qe
 		if p != nil {
 			p.ticket, p.queued = max(p.ticket, qe.ticket), qe.queued
+			if qe.sent != nil {
+				if p.sent == nil {
+					p.sent = map[int][]*inflight{}
+				}
+				p.sent[slot] = append(pending(p.sent[slot]), qe.sent)
+			}
 		}
 		if qe.ctxErr != nil || s.c.hopeless(qe.perm) {
 			return nil, j + 1, poked, qe

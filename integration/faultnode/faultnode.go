@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,16 +166,34 @@ type State struct {
 // Restart makes the node lose its keys (Wipe) and refuse every command
 // with node.ErrUnreachable for down: a restart without persistence,
 // delayed as the Redlock description asks for by more than the longest
-// TTL. It waits for the commands running on the node to finish first.
+// TTL. It waits for the commands running on the node to finish first,
+// and returns when the node is back: it wipes the keys again then, since
+// a command the wrapper sent before the restart can still run on the
+// server after the first wipe (it timed out in the wrapper but sat in
+// the connection), which a real restart would have lost with the
+// connection.
 func (s *State) Restart(ctx context.Context, down time.Duration) error {
 	s.run.Lock()
-	defer s.run.Unlock()
 	s.counts[Restart].Add(1)
-	s.down.Store(time.Now().Add(down).UnixNano())
-	if s.Wipe == nil {
-		return nil
+	s.down.Store(math.MaxInt64)
+	var err error
+	if s.Wipe != nil {
+		err = s.Wipe(ctx)
 	}
-	return s.Wipe(ctx)
+	s.run.Unlock()
+	t := time.NewTimer(down)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.run.Lock()
+	defer s.run.Unlock()
+	if s.Wipe != nil {
+		err = errors.Join(err, s.Wipe(context.WithoutCancel(ctx)))
+	}
+	s.down.Store(0)
+	return err
 }
 
 // Stop ends the per-command faults: from now on commands run as they

@@ -178,12 +178,18 @@ func TestLateCommandRunsAfterItsCallerGaveUpBehindLaterOnes(t *testing.T) {
 	}
 }
 
+// TestRestartWipesAndRefusesUntilUp: a restart wipes the keys, refuses
+// commands while the node is down, and wipes again as it comes back (a
+// command sent before it may have run on the server meanwhile), then
+// returns.
 func TestRestartWipesAndRefusesUntilUp(t *testing.T) {
 	n, f, st := wrap(t, faultnode.Schedule{})
-	wiped := 0
-	st.Wipe = func(context.Context) error { wiped++; return nil }
-	if err := st.Restart(context.Background(), 50*time.Millisecond); err != nil {
-		t.Fatal(err)
+	var wiped atomic.Int32
+	st.Wipe = func(context.Context) error { wiped.Add(1); return nil }
+	restarted := make(chan error, 1)
+	go func() { restarted <- st.Restart(context.Background(), 100*time.Millisecond) }()
+	for wiped.Load() == 0 {
+		time.Sleep(time.Millisecond)
 	}
 	if _, err := call(n, "a"); !errors.Is(err, node.ErrUnreachable) {
 		t.Fatalf("while down: %v, want node.ErrUnreachable", err)
@@ -192,12 +198,14 @@ func TestRestartWipesAndRefusesUntilUp(t *testing.T) {
 	if _, err := call(n, "a"); !errors.Is(err, node.ErrUnreachable) {
 		t.Fatalf("while down after Stop: %v, want node.ErrUnreachable", err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
 	if res, err := call(n, "a"); err != nil || res.Status != node.Done {
 		t.Fatalf("once up: %v, %v", res.Status, err)
 	}
-	if wiped != 1 || f.ran.Load() != 1 || st.Counts()[faultnode.Restart] != 1 {
-		t.Fatalf("wiped %d, ran %d, counts %v", wiped, f.ran.Load(), st.Counts())
+	if wiped.Load() != 2 || f.ran.Load() != 1 || st.Counts()[faultnode.Restart] != 1 {
+		t.Fatalf("wiped %d, ran %d, counts %v", wiped.Load(), f.ran.Load(), st.Counts())
 	}
 }
 
