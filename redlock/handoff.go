@@ -318,10 +318,10 @@ const maxOwed = 4096
 // caller gave up on it), or the Leave itself failed. A registration made
 // after that lasts a lease, so the debt ends a lease and two node
 // timeouts from now. Until then the Leave is sent again in the
-// background (resend), its wait doubling from finishFirst to watchMax,
-// as a watched release is (watchRelease): the registration, or a key a
-// release reserved or granted to it, is gone within that wait of the
-// late command, not a lease later. Close sends what is still owed once
+// background (resend), its wait doubling from finishFirst to the node
+// timeout (resendMax): the registration, or a key a release reserved or
+// granted to it, is gone within that wait of the late command, not a
+// lease later. Close sends what is still owed once
 // more (leaveOwed).
 func (c *Client) owe(k node.Key, i int) {
 	now := c.clk.Now()
@@ -409,7 +409,7 @@ func (c *Client) resendDue() {
 			c.leaving[lk] = left
 			gated = append(gated, lk)
 		}
-		o.next, o.wait = now.Add(o.wait), min(2*o.wait, watchMax)
+		o.next, o.wait = now.Add(o.wait), min(2*o.wait, c.resendMax(o.i))
 		due = append(due, *o)
 	}
 	c.qmu.Unlock()
@@ -439,6 +439,18 @@ func (c *Client) resendDue() {
 	}
 	c.qmu.Unlock()
 	close(left)
+}
+
+// resendMax is the longest wait between sends of an owed Leave to node
+// i: its node timeout (finishFirst at least). A registration that a late
+// command makes is taken out within that wait and a Leave's round trip,
+// as the Release oracle of the torture histories asks (a waiter gone
+// must not hold a key it was handed for a lease); the doubling wait of a
+// watched release (up to watchMax) left such keys for up to 2 s. The
+// cost is a Leave per node timeout per debt, for a lease at most, and
+// only after a timeout; an open breaker sends none.
+func (c *Client) resendMax(i int) time.Duration {
+	return max(finishFirst, c.nodeTimeout(i))
 }
 
 // registered reports whether a waiting call of this client is registered
@@ -605,10 +617,20 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 			t := c.nodeTimeout(i)
 			wctx, wcancel := context.WithTimeout(context.Background(), t+2*c.cfg.maxTimeout())
 			defer wcancel()
-			if acq != nil && l.ch.await(acq, wctx.Done()) && l.ch.stepSet(acq) {
-				return // the node set the key, and dropped the registration with it
-			}
 			late := false
+			if acq != nil {
+				switch {
+				case !l.ch.await(acq, wctx.Done()):
+					late = true // still on its way: it may register the call after the Leave
+				case l.ch.stepSet(acq):
+					return // the node set the key, and dropped the registration with it
+				default:
+					// It timed out after it was sent: it may still run,
+					// and register the call again after the Leave (a
+					// grant then comes to a lock that is gone).
+					late = runsLate(acq.err)
+				}
+			}
 			for _, f := range sent {
 				// The rollback waits for its acquire, then gets a
 				// node timeout of its own at most (see round.late).

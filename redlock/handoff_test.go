@@ -494,7 +494,8 @@ func TestLostLeaveIsSentAgainBeforeClose(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return fakes[0].count("leave") == 1 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, 1, nodes[0].(*handoffNode).waiting("k"), "the lost Leave left the registration")
-	// The sends again come at 20, 60, 140 ms ... after the first: with
+	// The sends again come 20 ms after the first, then at waits doubling
+	// up to the node timeout: with
 	// the node healed, the first of them takes the registration out.
 	heal()
 	require.Eventually(t, func() bool {
