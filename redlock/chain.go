@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -442,8 +443,9 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 //     key again;
 //   - release: nothing to release where the previous command proved the
 //     key is not ours (Taken or Absent: a SET NX's refusal, or a script
-//     that found another token or none), nor where a transfer of the
-//     lock already removed its key (cmd.freed: answered Done).
+//     that found another token or none), but for a lock held by grants,
+//     which a node may grant later; nor where a transfer of the lock
+//     already removed its key (cmd.freed: answered Done).
 //
 // Such a node is not called: its breaker, timeout estimate and hooks
 // hear nothing of it.
@@ -454,8 +456,18 @@ func (r *round) passes(i int, prev *step) bool {
 	case "reseed":
 		return prev.err != nil || prev.res.Status != node.Absent
 	case "release":
-		return (r.cmd.freed != nil && r.cmd.freed[i]) ||
-			prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
+		if r.cmd.freed != nil && r.cmd.freed[i] {
+			return true
+		}
+		if strings.HasPrefix(r.ch.k.Token, "~") {
+			// A lock held by grants (node.GrantValue): a node that
+			// found another holder, or none, may still grant it while
+			// the call's registration there asks for it; the release
+			// drops that registration (release.lua), so that no grant
+			// comes to a lock that is gone.
+			return false
+		}
+		return prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
 	}
 	return false
 }

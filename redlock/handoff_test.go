@@ -824,6 +824,42 @@ func TestGrantHoldsWithoutAnotherAttempt(t *testing.T) {
 		"every node freed (Unlock returns at a majority)")
 }
 
+// TestGrantReleasedWhereAnExtendFoundAnotherHolder: a lock held by
+// grants whose extend found another holder on a node (that node had not
+// granted yet: the call is still registered there, asking for the grant)
+// sends its release there too, which drops the registration; otherwise
+// that node grants the key to a lock that is gone, for the grant's TTL.
+func TestGrantReleasedWhereAnExtendFoundAnotherHolder(t *testing.T) {
+	ctx := context.Background()
+	fakes, nodes, clk, first, ra := grantSetup(t, ctx, nil)
+	require.NoError(t, first.Unlock(ctx))
+	r := receiveLock(t, ra)
+	require.NoError(t, r.err)
+	g := r.l.Token()
+	require.True(t, strings.HasPrefix(g, "~"), "held by grant: %q", g)
+	// Node 2 as if its grant had not come: another holder there, the
+	// call's registration asking for g still queued.
+	h := nodes[2].(watchHandoff).handoffNode
+	h.hmu.Lock()
+	q := node.WaitersKey("k")
+	if h.waiters[q] == nil {
+		h.waiters[q] = map[string]waiter{}
+	}
+	owner := strings.SplitN(strings.TrimPrefix(g, "~"), ":", 2)[0]
+	h.waiters[q][owner] = waiter{ticket: 1, until: clk.Now().Add(node.WaiterLease), grant: g, gttl: node.WaiterLease, gtok: "attempt"}
+	h.hmu.Unlock()
+	fakes[2].put("k", "other", time.Hour)
+	require.NoError(t, r.l.Extend(ctx, 10*time.Second), "held on two of three")
+	require.Eventually(t, func() bool { return extendCalls(fakes) >= len(fakes) }, 5*time.Second, time.Millisecond)
+	before := fakes[2].count("release")
+	require.NoError(t, r.l.Unlock(ctx))
+	require.Eventually(t, func() bool { return fakes[2].count("release") > before }, 5*time.Second, time.Millisecond,
+		"the release goes to the node that found another holder")
+	require.Eventually(t, func() bool { return h.waiting("k") == 0 }, 5*time.Second, time.Millisecond,
+		"and drops the registration that asked for the grant")
+	assert.Equal(t, "other", fakes[2].token("k"), "the other holder's key stays")
+}
+
 // TestGrantUnlockedEarlyIsNotExtended: a lock taken by grant and
 // unlocked before half the grant TTL costs no extend, then or later,
 // and leaves nothing behind (goleak checks the restore goroutine).
