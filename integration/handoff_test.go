@@ -12,11 +12,14 @@ import (
 	"github.com/quorumlock/redlock/redlock"
 )
 
-// callsOf counts a client's node calls of op that did not fail.
-func callsOf(op string, n *atomic.Int64) redlock.Option {
+// callsOf counts a client's node calls of each op in ops that did not
+// fail, in the counter of the same index.
+func callsOf(ops []string, n ...*atomic.Int64) redlock.Option {
 	return redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
-		if i.Op == op && i.Err == nil {
-			n.Add(1)
+		for j, op := range ops {
+			if i.Op == op && i.Err == nil {
+				n[j].Add(1)
+			}
 		}
 	}})
 }
@@ -28,8 +31,8 @@ func callsOf(op string, n *atomic.Int64) redlock.Option {
 // gets its turn.
 func TestHandoffWithinOneClient(t *testing.T) {
 	p := prefix(t, 3*time.Second)
-	var released atomic.Int64
-	c := client(t, redlock.WithNodeTimeout(100*time.Millisecond), callsOf("release", &released))
+	var released, transferred atomic.Int64
+	c := client(t, redlock.WithNodeTimeout(100*time.Millisecond), callsOf([]string{"release", "transfer"}, &released, &transferred))
 	var chk checker.Checker
 	var ctr checker.Counter
 	done := make(chan struct{})
@@ -51,9 +54,16 @@ func TestHandoffWithinOneClient(t *testing.T) {
 	grants := chk.Grants()
 	assert.Len(t, grants, 6, "every goroutine got the lock: %v", grants)
 	// Without handoffs every Unlock releases on five nodes; with them,
-	// one Unlock in maxChain+1 (17) does, and those of failed handoffs.
-	assert.Less(t, released.Load(), int64(want), "most Unlocks handed over rather than released (%d release calls for %d sections)", released.Load(), want)
-	t.Logf("%d critical sections, %d release calls answered: %v", want, released.Load(), grants)
+	// one Unlock in maxChain+1 (17) does, and those of failed handoffs
+	// (many while node 0 is paused), besides the rollbacks of attempts
+	// and the releases finished in the background. The release calls
+	// answered read 0.45 to 1.1 times the sections over fourteen runs
+	// (so a bound of the sections failed now and then, also before
+	// stop 48); transfers, one per node of each handoff, are the
+	// measure: most Unlocks hand over.
+	assert.Greater(t, transferred.Load(), released.Load(), "most Unlocks handed over rather than released (%d transfer calls, %d release calls, %d sections)",
+		transferred.Load(), released.Load(), want)
+	t.Logf("%d critical sections, %d transfer and %d release calls answered: %v", want, transferred.Load(), released.Load(), grants)
 }
 
 // TestHandoffLeavesRoomForOtherClients: four goroutines of one client
@@ -64,7 +74,7 @@ func TestHandoffWithinOneClient(t *testing.T) {
 func TestHandoffLeavesRoomForOtherClients(t *testing.T) {
 	p := prefix(t, 3*time.Second)
 	var handed atomic.Int64
-	busy := client(t, redlock.WithNodeTimeout(100*time.Millisecond), callsOf("transfer", &handed))
+	busy := client(t, redlock.WithNodeTimeout(100*time.Millisecond), callsOf([]string{"transfer"}, &handed))
 	other := client(t, redlock.WithNodeTimeout(100*time.Millisecond))
 	var chk checker.Checker
 	var ctr checker.Counter

@@ -518,7 +518,11 @@ func (c *Client) afterLeaves(ctx context.Context, key, queue string) error {
 // its registration to this), in parallel, each within its node's
 // timeout, so that a client that closes leaves neither a registration
 // nor a grant of its calls behind (a Leave hands a grant or reservation
-// on to the next head).
+// on to the next head). A command that timed out may still run on its
+// node after these Leaves and register the call again, so where any
+// were sent they go once more two node timeouts later (within Close's
+// grace): Close then takes that much longer, and only when it had
+// waiters to take out.
 func (c *Client) leaveOwed() {
 	now := c.clk.Now()
 	c.qmu.Lock()
@@ -531,11 +535,21 @@ func (c *Client) leaveOwed() {
 	}
 	clear(c.live)
 	c.qmu.Unlock()
+	owed = slices.DeleteFunc(owed, func(o owedLeave) bool { return !now.Before(o.until) })
+	if len(owed) == 0 {
+		return
+	}
+	c.sendLeaves(owed)
+	t := time.NewTimer(min(2*c.cfg.maxTimeout(), c.closeGrace()))
+	<-t.C
+	c.sendLeaves(owed)
+}
+
+// sendLeaves sends each Leave of owed, in parallel, each within its
+// node's timeout, and returns when all have returned.
+func (c *Client) sendLeaves(owed []owedLeave) {
 	var wg sync.WaitGroup
 	for _, o := range owed {
-		if !now.Before(o.until) {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

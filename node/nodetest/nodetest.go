@@ -1770,6 +1770,19 @@ func testTomb(t *testing.T, f Factory) {
 		e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
 	}
 
+	if fe, ok := e.n.(node.Fencer); ok {
+		// A late fenced acquire of a token with a tombstone sets
+		// nothing either, waiting or not.
+		e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: dead.Name, Token: dead.Token}, time.Minute, time.Hour))(node.Taken, "a late fenced acquire of a token with a tombstone, the key free")
+		assert.Equal(t, int64(0), e.do("EXISTS", dead.Name), "the key stays free")
+		if queues {
+			e.resultOf(fe.AcquireFenced(e.ctx, &dead, time.Minute, time.Hour))(node.Taken, "a late waiting fenced acquire of a token with a tombstone, the key free")
+			assert.Equal(t, int64(0), e.do("EXISTS", dead.Name), "the key stays free")
+			require.NoError(t, h.Leave(e.ctx, &dead))
+		}
+		e.do("DEL", node.FenceKey(dead.Name))
+	}
+
 	// A release with Tomb that finds its token frees the key, and
 	// leaves no tombstone.
 	e.do("DEL", tomb)

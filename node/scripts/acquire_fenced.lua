@@ -28,6 +28,7 @@
 -- used to mark the queue key for a lease so that the release was
 -- announced; since fenced waiters queue, that mark only outlived the
 -- calls that made it.)
+-- A token with a tombstone (node.TombKey) is never set, as in acquire.lua.
 -- The time seed keeps the counter above every value handed out before
 -- when the counter is lost (restart without persistence, expiry), as long
 -- as the node's clock does not step back. Microseconds since 1970 stay
@@ -44,6 +45,16 @@ if v == ARGV[1] then
   end
 end
 local tag = KEYS[3] and ARGV[5] or ""
+if v ~= ARGV[1] and (not v or (tag ~= "" and v == "~" .. tag)) and
+  redis.call("EXISTS", KEYS[1] .. ":dead:" .. ARGV[1]) == 1 then
+  -- A tombstone (see acquire.lua): rolled back here before it ran; the
+  -- key it would set nobody would release. Answered as taken, changing
+  -- nothing. One EXISTS, only where the script could set the key.
+  if tag == "" then
+    return -2
+  end
+  return {redis.call("PTTL", KEYS[1]), tonumber(ARGV[6]) or 0}
+end
 if tag == "" then
   if v then
     return redis.call("PTTL", KEYS[1])
