@@ -380,12 +380,15 @@ func (c *Client) resend() {
 }
 
 // resendDue sends the owed Leaves whose time has come, in parallel, each
-// within its node's timeout. A debt ends early where a waiting call of
-// this client is registered in that queue again: the nodes know a
-// waiter by its client's tag, so the entry is that call's now, which
-// leaves it when it ends. While they are on their way the key's next
-// call waits for them before it registers (afterLeaves), as for a
-// call's own Leaves.
+// within its node's timeout. A debt without a grant ends early where a
+// waiting call of this client is registered in that queue again: the
+// nodes know such a waiter by its client's tag, so the entry is that
+// call's now, which leaves it when it ends. A debt with a grant goes on:
+// a late command of its call can still turn the entry back into its own
+// (and a release then grant the key to it), and leave.lua acts on that
+// call's entry and grant only, never on the registered call's. While
+// they are on their way the key's next call waits for them before it
+// registers (afterLeaves), as for a call's own Leaves.
 func (c *Client) resendDue() {
 	now := c.clk.Now()
 	left := make(chan struct{})
@@ -397,7 +400,7 @@ func (c *Client) resendDue() {
 		if o.next.After(now) {
 			continue
 		}
-		if c.registered(&o.k) {
+		if o.k.Grant == "" && c.registered(&o.k) {
 			o.until = now // the registered call's
 			continue
 		}
