@@ -278,6 +278,16 @@ func TombKey(key, token string) string { return key + ":dead:" + token }
 // be woken; without it they poll.
 func ReleaseChannel(key string) string { return key + ":released" }
 
+// LeaveAll is the Key.Grant of a Leave that takes client k.Owner out of
+// k.Name's queue for good, whichever of its calls its entry stands for:
+// the entry goes, and a key reserved for k.Owner or granted to any call
+// of k.Owner (a value GrantValue(k.Owner, ...)) is handed on to the next
+// head. A client sends it when it closes, where no lock of its own holds
+// the key by a grant: a registration that a command of a call made
+// after that call's Leave (it ran late) then blocks no one until its
+// lease ends, nor does a grant made to it.
+const LeaveAll = "*"
+
 // GrantValue returns the Key.Grant of a waiter of client owner: "~" +
 // owner + ":" + id, id unique to the waiting call (a token), so that no
 // attempt's token and no other waiter's grant equals it.
@@ -481,7 +491,8 @@ type Handoffer interface {
 	// behind. A Leave with k.Grant names its call: where k.Owner's
 	// entry asks for another grant (the client's next call registered
 	// before a late Leave came), the entry and a key reserved for
-	// k.Owner stay; only a key that holds k.Grant is handed on.
+	// k.Owner stay; only a key that holds k.Grant is handed on. A Leave
+	// with Grant LeaveAll is a client's last (see LeaveAll).
 	Leave(ctx context.Context, k *Key) error
 }
 

@@ -83,6 +83,8 @@ type Client struct {
 	reowing bool                     // guarded by qmu: resend is running
 	live    map[*node.Key]bool       // guarded by qmu: the registrations of waiting calls (see register)
 	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see afterLeaves)
+	touched map[string]touched       // guarded by qmu: per queue, where a call of this client registered lately (see sweep)
+	byGrant map[*Lock]bool           // guarded by qmu: locks taken by grants, until unlocked or expired (see sweep)
 	// finish has one queue per node of releases that failed for a reason
 	// that may pass, and finishing counts the goroutines working them
 	// (see finishLater).
@@ -174,7 +176,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{},
+	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{}, touched: map[string]touched{}, byGrant: map[*Lock]bool{},
 		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
 	c.lates = make([]node.LateAnswerer, n)
 	c.handoff = true
@@ -205,7 +207,11 @@ func (c *Client) Quorum() int { return c.quorum }
 // go on for four node timeouts more (at least 100ms), takes the Lock
 // calls it ended, and those that gave up lately where a command of theirs
 // may still register them, out of the nodes' queues (handing on a key
-// reserved or granted to them), then closes the
+// reserved or granted to them), and takes the client out for good of
+// every queue it waited in during the last lease (about 2 s): a key
+// reserved for it, or granted to a call of it, goes on, unless a lock it
+// took by grants still holds that key. Where a command timed out lately
+// it sends those Leaves again two node timeouts later. Then it closes the
 // nodes if Dial made them. Releases still unfinished then are reported in
 // an error wrapping ErrAbandoned; their keys expire by their TTL. Locks
 // still held are not released: they expire. Lock, TryLock, Extend and
@@ -618,6 +624,7 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 	}
 	l.ch.expires = c.clk.Now().Add(cfg.ttl + node.WaiterLease + 2*l.ch.maxTimeout) // a node may grant while its registration lasts
 	l.grant(from, 0)
+	c.heldByGrant(l)
 	if short < cfg.ttl {
 		// A node grants for less than the TTL (so that a waiter that
 		// died blocks the key for a lease at most), from after the

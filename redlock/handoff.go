@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -481,8 +482,99 @@ func (c *Client) register(key, queue, grant string, shared bool) *node.Key {
 	}
 	c.qmu.Lock()
 	c.live[k] = true
+	c.touch(k)
 	c.qmu.Unlock()
 	return k
+}
+
+// touched is a queue where a call of this client registered: the sweep
+// at Close takes the client out of it for good (node.LeaveAll) until a
+// registration made by then would have lapsed.
+type touched struct {
+	k     node.Key // Name, Queue and Owner
+	until time.Time
+}
+
+// maxTouched bounds the queues remembered for the sweep; beyond it,
+// what a late command registers lapses with its lease.
+const maxTouched = 4096
+
+// touch remembers k's queue for the sweep at Close. Under c.qmu.
+func (c *Client) touch(k *node.Key) {
+	now := c.clk.Now()
+	lk := leavingKey(k.Name, k.Queue) + "\x00" + k.Owner
+	if _, ok := c.touched[lk]; !ok && len(c.touched) >= maxTouched {
+		maps.DeleteFunc(c.touched, func(_ string, t touched) bool { return !now.Before(t.until) })
+		if len(c.touched) >= maxTouched {
+			return
+		}
+	}
+	c.touched[lk] = touched{k: node.Key{Name: k.Name, Queue: k.Queue, Owner: k.Owner},
+		until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout())}
+}
+
+// heldByGrant records l, a lock taken by grants, until it is unlocked or
+// its validity ends: the sweep at Close leaves its key alone, since a
+// lock still held at Close is not released (it expires).
+func (c *Client) heldByGrant(l *Lock) {
+	c.qmu.Lock()
+	locks := slices.Collect(maps.Keys(c.byGrant))
+	c.qmu.Unlock()
+	var gone []*Lock
+	for _, o := range locks {
+		o.mu.Lock()
+		if o.left() <= 0 {
+			gone = append(gone, o)
+		}
+		o.mu.Unlock()
+	}
+	c.qmu.Lock()
+	for _, o := range gone {
+		delete(c.byGrant, o)
+	}
+	c.byGrant[l] = true
+	c.qmu.Unlock()
+}
+
+// sweep is Close's Leave for good (node.LeaveAll) of every queue a call
+// of this client registered in lately, on every node: a command of a
+// call that gave up can run on a node after the call's Leave (it timed
+// out, and the node ran it later) and register the client again, and a
+// release then hands the key to that registration, reserved or granted,
+// for a lease or a grant TTL that no call of the client will take. Where
+// a lock of the client taken by grants still holds the key (Close does
+// not release held locks), the sweep sends a plain Leave of the client
+// there instead, which leaves any grant alone. It returns the Leaves to
+// send (see leaveOwed).
+func (c *Client) sweep() []owedLeave {
+	now := c.clk.Now()
+	c.qmu.Lock()
+	ts := slices.Collect(maps.Values(c.touched))
+	clear(c.touched)
+	locks := slices.Collect(maps.Keys(c.byGrant))
+	c.qmu.Unlock()
+	held := map[string]bool{}
+	for _, l := range locks {
+		l.mu.Lock()
+		if l.left() > 0 {
+			held[l.k.Name] = true
+		}
+		l.mu.Unlock()
+	}
+	var out []owedLeave
+	for _, t := range ts {
+		if !now.Before(t.until) {
+			continue
+		}
+		k := t.k
+		if !held[k.Name] {
+			k.Grant = node.LeaveAll
+		}
+		for i := range c.nodes {
+			out = append(out, owedLeave{k: k, i: i, until: t.until})
+		}
+	}
+	return out
 }
 
 // leavingKey names a key's queue in Client.leaving.
@@ -521,16 +613,17 @@ func (c *Client) afterLeaves(ctx context.Context, key, queue string) error {
 // its registration to this), in parallel, each within its node's
 // timeout, so that a client that closes leaves neither a registration
 // nor a grant of its calls behind (a Leave hands a grant or reservation
-// on to the next head). A command that timed out may still run on its
-// node after these Leaves and register the call again, so where any
-// were sent they go once more two node timeouts later (within Close's
-// grace): Close then takes that much longer, and only when it had
-// waiters to take out.
+// on to the next head); with them, the sweep (see sweep). A command that
+// timed out may still run on its node after these Leaves and register
+// the call again, so where Leaves were owed (a command timed out lately)
+// they all go once more two node timeouts later (within Close's grace):
+// Close then takes that much longer.
 func (c *Client) leaveOwed() {
 	now := c.clk.Now()
 	c.qmu.Lock()
 	owed := c.owed
 	c.owed = nil
+	late := len(owed) > 0 // a command timed out lately: it may still run
 	for k := range c.live {
 		for i := range c.nodes {
 			owed = append(owed, owedLeave{k: *k, i: i, until: now.Add(time.Hour)})
@@ -539,10 +632,16 @@ func (c *Client) leaveOwed() {
 	clear(c.live)
 	c.qmu.Unlock()
 	owed = slices.DeleteFunc(owed, func(o owedLeave) bool { return !now.Before(o.until) })
+	// With the owed and live Leaves (each of which hands on its own
+	// call's grant), the sweep of every queue the client registered in.
+	owed = append(owed, c.sweep()...)
 	if len(owed) == 0 {
 		return
 	}
 	c.sendLeaves(owed)
+	if !late {
+		return
+	}
 	t := time.NewTimer(min(2*c.cfg.maxTimeout(), c.closeGrace()))
 	<-t.C
 	c.sendLeaves(owed)

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -213,6 +214,15 @@ func (n *handoffNode) Leave(ctx context.Context, k *node.Key) error {
 	defer n.hmu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if k.Grant == node.LeaveAll {
+		// leave.lua: the client leaves for good; a key reserved for it
+		// or granted to any of its calls goes on.
+		delete(n.waiters[k.Waiters()], k.Owner)
+		if e, ok := n.get(k.Name); ok && (e.token == "~"+k.Owner || strings.HasPrefix(e.token, "~"+k.Owner+":")) {
+			n.handOn(k.Name, k.Waiters(), k.Owner, false)
+		}
+		return nil
+	}
 	// leave.lua: a Leave with a grant names its call; an entry that asks
 	// for another grant is the client's next call's.
 	if w, ok := n.waiters[k.Waiters()][k.Owner]; ok && k.Grant != "" && w.grant != "" && w.grant != k.Grant {

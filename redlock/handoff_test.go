@@ -507,6 +507,58 @@ func TestLostLeaveIsSentAgainBeforeClose(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// TestCloseSweepsWhatLateCommandsLeft: a call that gave up and left
+// cleanly can still be registered again by one of its commands that ran
+// late, and a release then reserves or grants the key to it. Close takes
+// the client out of every queue it registered in lately (node.LeaveAll):
+// such a reservation, and a grant to any of its calls, go on; a key held
+// by someone else stays.
+func TestCloseSweepsWhatLateCommandsLeft(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	for _, f := range fakes {
+		f.put("k", "other", time.Hour)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := waitIn(t, ctx, c, clk, "k", 1)
+	clk.Advance(200 * time.Millisecond)
+	hs := make([]*handoffNode, len(nodes))
+	for i, n := range nodes {
+		hs[i] = n.(*handoffNode)
+	}
+	require.Eventually(t, func() bool {
+		for _, h := range hs {
+			if h.waiting("k") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "registered on every node")
+	var tag string
+	hs[0].hmu.Lock()
+	for owner := range hs[0].waiters[node.WaitersKey("k")] {
+		tag = owner
+	}
+	hs[0].hmu.Unlock()
+	cancel()
+	require.ErrorIs(t, receiveLock(t, rc).err, context.Canceled)
+	for i, h := range hs {
+		require.Eventually(t, func() bool { return h.waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d left", i)
+	}
+	// What late commands of the call and releases after them left: node
+	// 0 registered the client again and reserved the key for it, node 1
+	// granted the key to a call of the client's; node 2 is another's.
+	hs[0].hmu.Lock()
+	hs[0].waiters[node.WaitersKey("k")] = map[string]waiter{tag: {ticket: 1, until: clk.Now().Add(node.WaiterLease)}}
+	hs[0].hmu.Unlock()
+	fakes[0].put("k", "~"+tag, node.WaiterLease)
+	fakes[1].put("k", node.GrantValue(tag, "late"), node.WaiterLease)
+	require.NoError(t, c.Close())
+	assert.Empty(t, fakes[0].token("k"), "the reservation is freed")
+	assert.Zero(t, hs[0].waiting("k"), "and the registration gone")
+	assert.Empty(t, fakes[1].token("k"), "the grant to a call of the client is freed")
+	assert.Equal(t, "other", fakes[2].token("k"), "another's key stays")
+}
+
 // TestWaiterThatGetsTheLockLeavesNothing: a Lock call that waited and got
 // the lock sends no Leave to a node whose acquire set the key, also when
 // that acquire answered after the call had returned at the majority: the

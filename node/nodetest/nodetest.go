@@ -129,6 +129,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("SharedQueue", func(t *testing.T) { testSharedQueue(t, f) })
 	t.Run("Grant", func(t *testing.T) { testGrant(t, f) })
 	t.Run("LeaveByCall", func(t *testing.T) { testLeaveByCall(t, f) })
+	t.Run("LeaveAll", func(t *testing.T) { testLeaveAll(t, f) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, f) })
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Tomb", func(t *testing.T) { testTomb(t, f) })
@@ -1267,6 +1268,41 @@ func testLeaveByCall(t *testing.T, f Factory) {
 	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "c"}))
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "c leaves: the key is free")
 	assert.Equal(t, int64(0), e.do("EXISTS", wk), "and no one is queued")
+}
+
+// testLeaveAll: a Leave with node.LeaveAll (a client that closes) takes
+// its entry out whatever grant it asks, and hands on a key granted to any
+// call of the client or reserved for it; a key another client holds, or
+// one of this client's attempt tokens, stays.
+func testLeaveAll(t *testing.T, f Factory) {
+	e, h := startHandoffer(t, f)
+	name := "lk:leaveall"
+	wk := node.WaitersKey(name)
+	t.Cleanup(func() { e.do("DEL", name, wk) })
+	all := func(owner string) *node.Key { return &node.Key{Name: name, Owner: owner, Grant: node.LeaveAll} }
+
+	// A grant of an earlier call of b's, b registered again (a late
+	// command of that call), c queued behind: the grant goes on to c.
+	e.do("SET", name, node.GrantValue("b", "call1"), "PX", 60000)
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-b2", Owner: "b", Grant: node.GrantValue("b", "call2")}, 30*time.Second, true))(node.Taken, "b registered")
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-c", Owner: "c"}, time.Minute, true))(node.Taken, "c waits")
+	require.NoError(t, h.Leave(e.ctx, all("b")))
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "b"), "b's entry is gone")
+	assert.Equal(t, "~c", e.get(name), "the grant of b's call went on to c")
+
+	// A key reserved for c, c closing: freed (no one else waits).
+	require.NoError(t, h.Leave(e.ctx, all("c")))
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "c's reservation is freed")
+	assert.Equal(t, int64(0), e.do("EXISTS", wk), "no one is queued")
+
+	// A key held by another client's token, or by the closing client's
+	// attempt token, stays.
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: name, Token: "tok-a", Owner: "a"}, time.Minute, false))(node.Done, "a holds")
+	require.NoError(t, h.Leave(e.ctx, all("b")))
+	assert.Equal(t, "tok-a", e.get(name), "a's key stays")
+	e.do("SET", name, "tok-b3", "PX", 60000)
+	require.NoError(t, h.Leave(e.ctx, all("b")))
+	assert.Equal(t, "tok-b3", e.get(name), "an attempt token of b's stays: its release frees it")
 }
 
 func testGrant(t *testing.T, f Factory) {

@@ -7,13 +7,28 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the waiter's client tag (node.Key.Owner)
--- ARGV[2]  the grant it asked for (node.Key.Grant); "" (or absent): none
+-- ARGV[2]  the grant it asked for (node.Key.Grant); "" (or absent): none;
+--          "*" (node.LeaveAll): the client leaves for good, see below
 -- Returns  1.
 -- The queue knows a waiter by its client's tag; a Leave with a grant
 -- names its call (the grant is fresh for each call, node.GrantValue).
 -- An entry that asks for another grant is the client's next call's,
 -- registered before this Leave came (a Leave may run late): it stays,
 -- and so does a key reserved for the client, which that call takes.
+if ARGV[2] == "*" then
+  -- node.LeaveAll: the client leaves for good; its entry goes whatever
+  -- grant it asks, and a key reserved for it or granted to any of its
+  -- calls ("~" .. tag .. ":" .. id, node.GrantValue) is handed on.
+  pcall(queue_drop, KEYS[2], ARGV[1])
+  local v = redis.call("GET", KEYS[1])
+  local mark = "~" .. ARGV[1]
+  if v == mark or (v and string.sub(v, 1, #mark + 1) == mark .. ":") then
+    hand_on(KEYS[1], KEYS[2], ARGV[1])
+  elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
+    hand_on(KEYS[1], KEYS[2], ARGV[1], true)
+  end
+  return 1
+end
 local e = redis.pcall("HGET", KEYS[2], ARGV[1])
 local mine = true
 if ARGV[2] and ARGV[2] ~= "" and type(e) == "string" then
