@@ -107,12 +107,13 @@ type Key struct {
 	// is shorter sends no Grant). Only a key's own queue (Queue "")
 	// requeues.
 	Requeue bool
-	// Tomb (0: none) asks a Release that does not find Token under the
-	// key to leave a tombstone of Token, TombKey(Name, Token), for Tomb:
-	// the caller's previous command on the node, which may set the key
-	// to Token (an Acquire or a Transfer to it), timed out after it was
-	// sent and may still run there, after this release, and no release
-	// would follow it. See TombKey for what a tombstone stops.
+	// Tomb (0: none) asks a Release to leave a tombstone of Token,
+	// TombKey(Name, Token), for Tomb, whether it finds Token under the
+	// key or not: a command of the caller on the node that may set the
+	// key to Token (an Acquire, a re-seed, or a Transfer to it) timed
+	// out after it was sent and may still run there, after this release,
+	// and no release would follow it. See TombKey for what a tombstone
+	// stops.
 	Tomb time.Duration
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
@@ -231,8 +232,8 @@ type Node interface {
 	Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error)
 
 	// Release deletes the key if it still holds k.Token: Done, Taken or
-	// Absent. With k.Tomb, where it does not find k.Token it leaves
-	// TombKey(k.Name, k.Token) for k.Tomb (see TombKey). With announce, a delete is published on
+	// Absent. With k.Tomb it leaves TombKey(k.Name, k.Token) for k.Tomb
+	// (see TombKey). With announce, a delete is published on
 	// ReleaseChannel(k.Name) in the same step, so that waiters wake at
 	// once (a failed publish must not fail the release). A client
 	// announces an Unlock, not the rollback of a failed attempt: waking
@@ -245,8 +246,7 @@ type Node interface {
 }
 
 // TombKey is the key of the tombstone of token for lock key: key +
-// ":dead:" + token, left by a Release with Key.Tomb that did not find
-// token there. While it lives, no Acquire by a script (one with
+// ":dead:" + token, left by a Release with Key.Tomb. While it lives, no Acquire by a script (one with
 // holderTTL; every Acquire of a driver that sends no plain SET) and no
 // Transfer sets key to token: the command that would is a late run of
 // an attempt already rolled back, and the key it set would hold a token

@@ -68,6 +68,14 @@ type step struct {
 	// command on the node had returned takes that command's reached
 	// flag once it has (see chain.wasReached); nil otherwise.
 	via *step
+	// late: this or an earlier command of the lock on the node may
+	// still run there (it timed out after it was sent, see runsLate, or
+	// had not returned when this one ended). A release after such a step
+	// leaves a tombstone and is watched (see watchRelease): not only the
+	// previous command may set the key late, an acquire two steps back
+	// may (an extend and its reseed between them answered meanwhile).
+	// Written by the call before done is set.
+	late bool
 
 	done bool          // guarded by chain.mu: the command returned, or was not sent
 	wake chan struct{} // guarded by chain.mu: made by a command that waits for this one, closed at done
@@ -154,6 +162,7 @@ func (r *round) Skip(i int) error {
 	s.reached = s.sent
 	if r.prev != nil {
 		s.via = &r.prev[i]
+		s.late = r.ch.lateBefore(&r.prev[i])
 	}
 	r.ch.finish(s, node.Result{}, err)
 	c.callDone(i, r.cmd.op, 0, err)
@@ -198,6 +207,7 @@ func (r *round) Call(i int) (node.Result, error) {
 		res, took, err = r.timed(i, prev)
 	}
 	r.next[i].reached = r.ch.reached(prev, err)
+	r.next[i].late = runsLate(err) || r.ch.lateBefore(prev)
 	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
 	if c.rtts != nil {
@@ -207,10 +217,11 @@ func (r *round) Call(i int) (node.Result, error) {
 		switch {
 		case err != nil:
 			r.retryRelease(i, err)
-		case (res.Status == node.Absent || res.Status == node.Taken) && prev != nil:
-			// (prev has returned: a release that found nothing was sent
-			// after it, see early.)
-			r.watchRelease(i, prev)
+		case prev != nil:
+			// Whatever it found, our token included: after a command
+			// that may still run (step.late), a second SET of the token
+			// may come (an acquire and the reseed after it).
+			r.watchRelease(i, prev, res.Status == node.Done)
 		}
 	}
 	if c.cfg.hooks.NodeCall != nil {
@@ -232,6 +243,7 @@ func (r *round) passed(i int, prev *step) (node.Result, error) {
 		res = prev.res
 	}
 	r.next[i].reached = r.ch.reached(prev, err)
+	r.next[i].late = runsLate(err) || r.ch.lateBefore(prev)
 	r.ch.finish(&r.next[i], res, err)
 	r.ch.c.unused(i, r.next[i].gen)
 	r.end()
@@ -364,8 +376,8 @@ func (r *round) timed(i int, prev *step) (node.Result, time.Duration, error) {
 // do sends the round's command to node i within ctx; prev is the lock's
 // previous command there, returned (nil for the first, and for a
 // release sent ahead of it, see early): a release after one that may
-// still run (runsLate) leaves a tombstone where it finds no token of the
-// lock (see Client.tomb). It runs near the bottom of every call's
+// still run, or one before it (step.late), leaves a tombstone (see
+// Client.tomb). It runs near the bottom of every call's
 // goroutine, under the driver's frames: the plain acquire and the
 // release are called from here, the rest from doRare, so that the
 // goroutine fits the stack it starts with (a stack copied to a larger
@@ -375,7 +387,7 @@ func (r *round) do(ctx context.Context, i int, prev *step) (node.Result, error) 
 		switch {
 		case cmd.op == "acquire" && !cmd.fenced:
 			return r.ch.c.nodes[i].Acquire(ctx, r.ch.k, cmd.ttl, cmd.wait)
-		case cmd.op == "release" && cmd.requeue == 0 && (prev == nil || prev.err == nil):
+		case cmd.op == "release" && cmd.requeue == 0 && (prev == nil || prev.err == nil && !prev.late):
 			return r.ch.c.nodes[i].Release(ctx, r.ch.k, cmd.announce)
 		}
 	}
@@ -417,7 +429,7 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 		return n.Acquire(ctx, k, cmd.ttl, false)
 	case "release": // a waiting attempt's rollback, or one after a command that may run late
 		rk := *k
-		if prev != nil && runsLate(prev.err) {
+		if prev != nil && prev.late {
 			rk.Tomb = r.ch.c.tomb(i, r.expires)
 		}
 		if cmd.requeue == 0 {
@@ -495,6 +507,13 @@ func (ch *chain) wasReached(s *step) bool {
 		s = s.via
 	}
 	return s != nil && s.reached
+}
+
+// lateBefore reports whether a command of the lock up to s (nil: none)
+// may still run on its node: s, or one before it, timed out after it was
+// sent, or s has not returned yet.
+func (ch *chain) lateBefore(s *step) bool {
+	return s != nil && (!ch.landed(s) || s.late)
 }
 
 // errPrevPending fails a node's call that was never sent: the node had

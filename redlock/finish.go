@@ -199,7 +199,7 @@ func (c *Client) finishReleases(i int) {
 		switch {
 		case r.ch.shared:
 			res, err = nd.(node.Sharer).ReleaseShared(ctx, &r.k, r.announce)
-		case watched >= 0 || r.after != nil && runsLate(r.after.err):
+		case watched >= 0 || r.after != nil && r.after.late:
 			// After a command that may still run (r.after has returned,
 			// see above): a tombstone where the token is not found.
 			k := r.k
@@ -230,10 +230,11 @@ func (c *Client) finishReleases(i int) {
 			f.q = f.q[1:]
 		}
 		f.mu.Unlock()
-		if err == nil && res.Status != node.Done && r.after != nil && runsLate(r.after.err) {
-			// Not our token there, though the lock's previous command
-			// there (returned, see above) timed out and may yet set the
-			// key.
+		if err == nil && r.after != nil && r.after.late {
+			// The lock's previous command there (returned, see above),
+			// or one before it, timed out and may yet set the key:
+			// whatever this release found (our token too: a second
+			// command of it may still come), it is watched.
 			c.enqueue(i, r, true)
 		}
 		wait = 0 // the node answers: on to the next at once
@@ -352,11 +353,12 @@ func runsLate(err error) bool {
 	return errors.Is(err, node.ErrTimeout) && !unsent(err) && !errors.Is(err, node.ErrPoolWait)
 }
 
-// watchRelease watches node i's release, which did not find the lock's
-// token (the key absent, or holding another token) after prev, the
-// lock's previous command there, had timed out: that command (a SET,
-// say) may not have run yet, and would then set the key after the
-// release. A node can hold a command for longer than any wait for its
+// watchRelease watches node i's release after prev, the lock's previous
+// command there, where prev or a command before it timed out (step.late):
+// that command (a SET, say) may not have run yet, and would then set the
+// key after the release. found says the release found the lock's token:
+// then an earlier command is still to come only if one timed out before
+// it (an acquire, then its reseed). A node can hold a command for longer than any wait for its
 // reply (a paused or starved server, a reply later than the node's
 // background read of it, a command in the socket of a pooled connection
 // that a release on another connection overtook), so the release is
@@ -364,8 +366,8 @@ func runsLate(err error) bool {
 // queued releases, while it finds no token of the lock, until the key
 // that command could set would have expired (r.expires: its TTL and two
 // node timeouts from when it was sent; a command held longer than that
-// leaves its key for a TTL). Every try leaves or renews a tombstone where
-// it finds no token (see Client.tomb), which stops a late script at once;
+// leaves its key for a TTL). Every try leaves or renews a tombstone (see
+// Client.tomb), which stops a late script at once;
 // the tries are for a late plain SET NX, which cannot read one: another
 // token there does not end the watch, since the SET lands once that key
 // is gone (its holder's Unlock), and it costs the key at most one wait
@@ -373,8 +375,16 @@ func runsLate(err error) bool {
 // late key). Close gives it one last try if its grace allows, and does
 // not report it. Not watched: a release whose previous command was not
 // sent (skipped by the breaker, or waiting for its own predecessor).
-func (r *round) watchRelease(i int, prev *step) {
-	if !runsLate(prev.err) || !r.ch.c.clk.Now().Before(r.expires) {
+func (r *round) watchRelease(i int, prev *step, found bool) {
+	late := r.ch.lateBefore(prev)
+	if found {
+		// Our token was there: a previous command still on its way
+		// (a release sent ahead of it, see early) has run, the key
+		// holds what it set; only one that timed out before it, or
+		// it timing out, leaves another SET to come.
+		late = r.ch.landed(prev) && prev.late
+	}
+	if !late || !r.ch.c.clk.Now().Before(r.expires) {
 		return
 	}
 	r.ch.c.enqueue(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch}, true)

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,6 +446,69 @@ func TestReleaseWatchesALateSet(t *testing.T) {
 	require.Eventually(t, func() bool { return fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
 		"the key the late SET left is released")
 	require.NoError(t, c.Close(), "a release that found the token is not reported")
+	for i, f := range fakes {
+		assert.Empty(t, f.token("k"), "node %d", i)
+	}
+}
+
+// lateFirstSet is lateSet for the first SET only: the later ones (a
+// re-seed) run at once.
+type lateFirstSet struct {
+	lateSet
+	once atomic.Bool
+}
+
+func (n *lateFirstSet) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	if n.once.Swap(true) {
+		return n.fakeNode.Acquire(ctx, k, ttl, holderTTL)
+	}
+	return n.lateSet.Acquire(ctx, k, ttl, holderTTL)
+}
+
+// TestReleaseWatchesALateSetBehindAnExtend: a node's SET times out; an
+// Extend finds the key absent there and re-seeds it; the Unlock's release
+// finds the token (the re-seed's) and frees it; then the node runs the
+// first SET. The command that may still run is two steps back, not the
+// release's previous one: the release leaves a tombstone and is watched
+// all the same, so the late SET's key does not stay for its TTL.
+func TestReleaseWatchesALateSetBehindAnExtend(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	nodes := asNodes(fakes)
+	late := &lateFirstSet{lateSet: lateSet{fakeNode: fakes[4], apply: make(chan struct{}), held: make(chan struct{}), applied: make(chan node.Result, 1)}}
+	nodes[4] = late
+	var reseeded atomic.Bool
+	hooks := redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 4 && i.Op == "reseed" && i.Err == nil {
+			reseeded.Store(true)
+		}
+	}}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(20*time.Millisecond), redlock.WithHooks(hooks))
+	require.NoError(t, err)
+	l, err := c.TryLock(ctx, "k")
+	require.NoError(t, err)
+	<-late.held
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	require.Eventually(t, reseeded.Load, 5*time.Second, time.Millisecond, "the extend re-seeds node 4")
+	require.Eventually(t, func() bool { return fakes[4].token("k") == l.Token() }, 5*time.Second, time.Millisecond)
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { return fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond, "released")
+
+	close(late.apply)
+	require.Equal(t, node.Done, (<-late.applied).Status, "the held SET sets the key again")
+	// The watch's waits, 3 s of the fake clock at most: well within the
+	// late key's TTL (10 s), which would otherwise free it.
+	freed := false
+	for range 150 {
+		clk.Advance(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+		if freed = fakes[4].token("k") == ""; freed {
+			break
+		}
+	}
+	require.True(t, freed, "the key the late SET left is released before its TTL")
+	require.NoError(t, c.Close())
 	for i, f := range fakes {
 		assert.Empty(t, f.token("k"), "node %d", i)
 	}

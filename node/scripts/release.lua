@@ -38,9 +38,10 @@
 -- ARGV[7]  a tombstone's lifetime in milliseconds ("0" or absent: none),
 --          sent where the caller's previous command here (an acquire or
 --          a transfer that may set the key to ARGV[1]) timed out after
---          it was sent and may still run: where the key does not hold
---          ARGV[1], the release leaves KEYS[1] .. ":dead:" .. ARGV[1]
---          (node.TombKey) for that long, and acquire.lua and
+--          it was sent and may still run: the release leaves
+--          KEYS[1] .. ":dead:" .. ARGV[1] (node.TombKey) for that long,
+--          whether the key holds ARGV[1] or not (an acquire and a
+--          reseed of the token may both be on their way), and acquire.lua and
 --          transfer.lua never set the key to a token that has one. Only
 --          this path writes it; the common case reads no more.
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
@@ -63,7 +64,7 @@
 -- key is not its own (not granted here yet), so that it is not granted
 -- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
-if v ~= ARGV[1] and ARGV[7] and ARGV[7] ~= "0" then
+if ARGV[7] and ARGV[7] ~= "0" then
   redis.call("SET", KEYS[1] .. ":dead:" .. ARGV[1], "", "PX", ARGV[7])
 end
 if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
