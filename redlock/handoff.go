@@ -513,6 +513,17 @@ func (c *Client) touch(k *node.Key) {
 		until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout())}
 }
 
+// touchQueue is touch for a waiting attempt of client tag owner at key
+// name in queue (a semaphore's line), which no register records.
+func (c *Client) touchQueue(name, queue, owner string) {
+	if !c.handoff {
+		return
+	}
+	c.qmu.Lock()
+	c.touch(&node.Key{Name: name, Queue: queue, Owner: owner})
+	c.qmu.Unlock()
+}
+
 // heldByGrant records l, a lock taken by grants, until it is unlocked or
 // its validity ends: the sweep at Close leaves its key alone, since a
 // lock still held at Close is not released (it expires).

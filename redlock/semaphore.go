@@ -579,6 +579,10 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 		var ticket int64
 		if p != nil {
 			p.tried, ticket = true, p.ticket
+			// A waiting attempt registers the client in the line:
+			// Close's sweep leaves it for good, also where this call's
+			// place passes to a waiter that ends before its turn.
+			s.c.touchQueue(s.slots[slot], s.queue, s.c.tag)
 		}
 		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "")
 		switch {
