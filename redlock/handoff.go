@@ -417,24 +417,7 @@ func (c *Client) resendDue() {
 		due = append(due, *o)
 	}
 	c.qmu.Unlock()
-	var wg sync.WaitGroup
-	for _, o := range due {
-		ok, gen := c.allow(o.i)
-		if !ok {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(o.i))
-			defer cancel()
-			start := c.clk.Now()
-			err := c.nodes[o.i].(node.Handoffer).Leave(ctx, &o.k)
-			c.record(o.i, gen, err)
-			c.callDone(o.i, "leave", c.clk.Since(start), err)
-		}()
-	}
-	wg.Wait()
+	c.sendLeaves(due, true)
 	c.qmu.Lock()
 	for _, lk := range gated {
 		if c.leaving[lk] == left {
@@ -649,20 +632,29 @@ func (c *Client) leaveOwed() {
 	if len(owed) == 0 {
 		return
 	}
-	c.sendLeaves(owed)
+	c.sendLeaves(owed, false)
 	if !late {
 		return
 	}
 	t := time.NewTimer(min(2*c.cfg.maxTimeout(), c.closeGrace()))
 	<-t.C
-	c.sendLeaves(owed)
+	c.sendLeaves(owed, false)
 }
 
 // sendLeaves sends each Leave of owed, in parallel, each within its
-// node's timeout, and returns when all have returned.
-func (c *Client) sendLeaves(owed []owedLeave) {
+// node's timeout, and returns when all have returned. With breakers, a
+// node whose breaker is open gets none, and the answers count for it
+// (Close sends regardless: its last word to the nodes).
+func (c *Client) sendLeaves(owed []owedLeave, breakers bool) {
 	var wg sync.WaitGroup
 	for _, o := range owed {
+		var gen uint64
+		if breakers {
+			var ok bool
+			if ok, gen = c.allow(o.i); !ok {
+				continue
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -670,6 +662,9 @@ func (c *Client) sendLeaves(owed []owedLeave) {
 			defer cancel()
 			start := c.clk.Now()
 			err := c.nodes[o.i].(node.Handoffer).Leave(ctx, &o.k)
+			if breakers {
+				c.record(o.i, gen, err)
+			}
 			c.callDone(o.i, "leave", c.clk.Since(start), err)
 		}()
 	}
