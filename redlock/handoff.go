@@ -671,6 +671,55 @@ func (c *Client) sendLeaves(owed []owedLeave, breakers bool) {
 	wg.Wait()
 }
 
+// leaveOn is leaveWaiters' Leave of k on node i: after l's acquire
+// there (acq, nil for none) and the call's waiting attempts still on
+// their way (sent) have returned, up to a node timeout and two of the
+// slowest's. A Leave that one of them may undo (it is still on its way,
+// or timed out after it was sent, see step.late), or that fails, is
+// owed (owe).
+func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight) {
+	t := c.nodeTimeout(i)
+	wctx, wcancel := context.WithTimeout(context.Background(), t+2*c.cfg.maxTimeout())
+	defer wcancel()
+	late := false
+	if acq != nil {
+		switch {
+		case !l.ch.await(acq, wctx.Done()):
+			late = true // still on its way: it may register the call after the Leave
+		case l.ch.stepSet(acq):
+			return // the node set the key, and dropped the registration with it
+		default:
+			// It timed out after it was sent: it may still run, and
+			// register the call again after the Leave (a grant then
+			// comes to a lock that is gone).
+			late = acq.late
+		}
+	}
+	for _, f := range sent {
+		// The rollback waits for its acquire, then gets a node timeout
+		// of its own at most (see round.late).
+		if !f.ch.await(&f.acq[i], wctx.Done()) || !f.ch.await(&f.rb[i], wctx.Done()) {
+			late = true
+			continue
+		}
+		late = late || f.acq[i].late || f.rb[i].late
+	}
+	ok, gen := c.allow(i)
+	if !ok {
+		c.owe(k, i)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t)
+	defer cancel()
+	start := c.clk.Now()
+	err := c.nodes[i].(node.Handoffer).Leave(ctx, &k)
+	c.record(i, gen, err)
+	c.callDone(i, "leave", c.clk.Since(start), err)
+	if late || err != nil {
+		c.owe(k, i)
+	}
+}
+
 // leaveWaiters drops this client's registration as a waiter for key
 // from queue ("": the key's own; a semaphore's, see node.Key.Queue)
 // (node.Handoffer.Leave), in the background, when a Lock call that waited
@@ -723,7 +772,7 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 			close(left)
 		}()
 	}()
-	for i, n := range c.nodes {
+	for i := range c.nodes {
 		var acq *step // l's acquire on node i, which may still be on its way
 		if l != nil {
 			acq = &l.ch.tail[i]
@@ -736,46 +785,7 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 		go func() {
 			defer c.bg.Done()
 			defer sending.Done()
-			t := c.nodeTimeout(i)
-			wctx, wcancel := context.WithTimeout(context.Background(), t+2*c.cfg.maxTimeout())
-			defer wcancel()
-			late := false
-			if acq != nil {
-				switch {
-				case !l.ch.await(acq, wctx.Done()):
-					late = true // still on its way: it may register the call after the Leave
-				case l.ch.stepSet(acq):
-					return // the node set the key, and dropped the registration with it
-				default:
-					// It timed out after it was sent: it may still run,
-					// and register the call again after the Leave (a
-					// grant then comes to a lock that is gone).
-					late = runsLate(acq.err)
-				}
-			}
-			for _, f := range sent {
-				// The rollback waits for its acquire, then gets a
-				// node timeout of its own at most (see round.late).
-				if !f.ch.await(&f.acq[i], wctx.Done()) || !f.ch.await(&f.rb[i], wctx.Done()) {
-					late = true
-					continue
-				}
-				late = late || runsLate(f.acq[i].err) || runsLate(f.rb[i].err)
-			}
-			ok, gen := c.allow(i)
-			if !ok {
-				c.owe(k, i)
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), t)
-			defer cancel()
-			start := c.clk.Now()
-			err := n.(node.Handoffer).Leave(ctx, &k)
-			c.record(i, gen, err)
-			c.callDone(i, "leave", c.clk.Since(start), err)
-			if late || err != nil {
-				c.owe(k, i)
-			}
+			c.leaveOn(i, k, l, acq, sent)
 		}()
 	}
 }

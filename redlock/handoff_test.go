@@ -437,10 +437,11 @@ func TestCloseDuringHandoff(t *testing.T) {
 	}
 }
 
-// TestWaiterThatGivesUpLeaves: a Lock call that waited (and so registered
-// as a waiter) and gives up drops its registration on every node.
-func TestWaiterThatGivesUpLeaves(t *testing.T) {
-	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+// giveUpWaiting has a Lock call of c wait for "k", held by another on
+// every node, until it is registered on every node, then cancels it; it
+// returns the client's tag as the nodes know it.
+func giveUpWaiting(t *testing.T, fakes []*fakeNode, nodes []node.Node, clk *clock.Fake, c *redlock.Client) (tag string) {
+	t.Helper()
 	for _, f := range fakes {
 		f.put("k", "other", time.Hour)
 	}
@@ -455,9 +456,22 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 		}
 		return true
 	}, 5*time.Second, time.Millisecond, "registered on every node")
+	h := nodes[0].(*handoffNode)
+	h.hmu.Lock()
+	for owner := range h.waiters[node.WaitersKey("k")] {
+		tag = owner
+	}
+	h.hmu.Unlock()
 	cancel()
-	r := receiveLock(t, rc)
-	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, receiveLock(t, rc).err, context.Canceled)
+	return tag
+}
+
+// TestWaiterThatGivesUpLeaves: a Lock call that waited (and so registered
+// as a waiter) and gives up drops its registration on every node.
+func TestWaiterThatGivesUpLeaves(t *testing.T) {
+	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
+	giveUpWaiting(t, fakes, nodes, clk, c)
 	for i, n := range nodes {
 		require.Eventually(t, func() bool { return n.(*handoffNode).waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d", i)
 		assert.Equal(t, 1, fakes[i].count("leave"))
@@ -470,25 +484,9 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 // on a key reserved for the call) once it answers, not a lease later.
 func TestLostLeaveIsSentAgainBeforeClose(t *testing.T) {
 	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
-	for _, f := range fakes {
-		f.put("k", "other", time.Hour)
-	}
 	hook, heal := flaky("leave")
 	fakes[0].setBefore(hook)
-	ctx, cancel := context.WithCancel(context.Background())
-	rc := waitIn(t, ctx, c, clk, "k", 1)
-	clk.Advance(200 * time.Millisecond)
-	require.Eventually(t, func() bool {
-		for _, n := range nodes {
-			if n.(*handoffNode).waiting("k") != 1 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, time.Millisecond, "registered on every node")
-	cancel()
-	r := receiveLock(t, rc)
-	require.ErrorIs(t, r.err, context.Canceled)
+	giveUpWaiting(t, fakes, nodes, clk, c)
 	for i, n := range nodes[1:] {
 		require.Eventually(t, func() bool { return n.(*handoffNode).waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d", i+1)
 	}
@@ -515,32 +513,11 @@ func TestLostLeaveIsSentAgainBeforeClose(t *testing.T) {
 // by someone else stays.
 func TestCloseSweepsWhatLateCommandsLeft(t *testing.T) {
 	fakes, nodes, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(100*time.Millisecond)))
-	for _, f := range fakes {
-		f.put("k", "other", time.Hour)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rc := waitIn(t, ctx, c, clk, "k", 1)
-	clk.Advance(200 * time.Millisecond)
+	tag := giveUpWaiting(t, fakes, nodes, clk, c)
 	hs := make([]*handoffNode, len(nodes))
 	for i, n := range nodes {
 		hs[i] = n.(*handoffNode)
 	}
-	require.Eventually(t, func() bool {
-		for _, h := range hs {
-			if h.waiting("k") != 1 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, time.Millisecond, "registered on every node")
-	var tag string
-	hs[0].hmu.Lock()
-	for owner := range hs[0].waiters[node.WaitersKey("k")] {
-		tag = owner
-	}
-	hs[0].hmu.Unlock()
-	cancel()
-	require.ErrorIs(t, receiveLock(t, rc).err, context.Canceled)
 	for i, h := range hs {
 		require.Eventually(t, func() bool { return h.waiting("k") == 0 }, 5*time.Second, time.Millisecond, "node %d left", i)
 	}
