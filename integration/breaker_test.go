@@ -182,12 +182,17 @@ func TestSlowNodeTimeoutAdapts(t *testing.T) {
 	p := prefix(t, 3*time.Second)
 	var warm atomic.Bool
 	var ok, failed atomic.Int32
+	var mu sync.Mutex
+	var errs []string
 	c := client(t, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
 		if i.Node == 3 && warm.Load() {
 			if i.Err == nil {
 				ok.Add(1)
 			} else {
 				failed.Add(1)
+				mu.Lock()
+				errs = append(errs, i.Op+": "+i.Err.Error())
+				mu.Unlock()
 			}
 		}
 	}}))
@@ -202,6 +207,9 @@ func TestSlowNodeTimeoutAdapts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // a cycle returns at the majority; give the slow node's replies time
 	}
+	mu.Lock()
+	t.Logf("after 30 cycles: %d calls to the slow node answered, %d failed %q", ok.Load(), failed.Load(), errs)
+	mu.Unlock()
 	assert.Positive(t, ok.Load(), "calls to the slow node succeed once its timeout has grown")
 	// Without the adaptation every one of them fails; with it, a
 	// scheduling stall of this loaded machine may still time some out

@@ -11,9 +11,10 @@ import (
 
 // Without WithNodeTimeout, each node's calls are bounded by a timeout
 // that follows its measured round trips, as TCP's retransmission timeout
-// does (RFC 6298): the smoothed round trip plus four mean deviations,
-// doubled after each timeout whose reply came in late (the node is slow,
-// not down: node.LateAnswerer), never below the default node timeout
+// does (RFC 6298): the smoothed round trip plus four mean deviations (at
+// least half the default node timeout), doubled after each timeout whose
+// reply came in late (the node is slow, not down: node.LateAnswerer),
+// never below the default node timeout
 // (which survives a loaded host's scheduling delays) nor above a
 // twentieth of the TTL (at most 1s; see config.maxTimeout). A healthy
 // node's timeout is the default; a slow one's grows to fit it; a silent
@@ -73,11 +74,16 @@ func (e *rtt) late() {
 	}
 }
 
-// timeout is the estimate, at least lo, doubled for each late timeout
-// since the last sample, at most hi.
+// timeout is the smoothed round trip plus a margin of four mean
+// deviations, but of at least lo/2 (RFC 6298's clock granularity G, here
+// the scheduling delays of a loaded host: a steady slow node's deviation
+// is near zero, and a margin of a few milliseconds timed out one call in
+// six to a node 70ms away under make test), at least lo, doubled for
+// each late timeout since the last sample, at most hi. A node faster
+// than lo/2 gets lo exactly, so its calls share the round's deadline.
 func (e *rtt) timeout(lo, hi time.Duration) time.Duration {
-	d := max(time.Duration(e.srtt.Load()+4*e.rttvar.Load()), lo)
-	return min(d<<e.backoff.Load(), hi)
+	d := time.Duration(e.srtt.Load()) + max(time.Duration(4*e.rttvar.Load()), lo/2)
+	return min(max(d, lo)<<e.backoff.Load(), hi)
 }
 
 // callCtx returns the context for node i's call in round r: the round's,

@@ -80,7 +80,7 @@ func TestRoundTripEstimate(t *testing.T) {
 	}
 	assert.Equal(t, lo, fast.timeout(lo, hi))
 	d := slow.timeout(lo, hi)
-	assert.True(t, d >= 80*time.Millisecond && d < 100*time.Millisecond, "steady 80ms round trips: %v", d)
+	assert.Equal(t, 80*time.Millisecond+lo/2, d, "steady 80ms round trips: the margin is half the floor, not their (zero) deviation")
 
 	slow.late()
 	assert.Equal(t, 2*d, slow.timeout(lo, hi), "a late reply doubles it")
@@ -89,7 +89,7 @@ func TestRoundTripEstimate(t *testing.T) {
 	}
 	assert.Equal(t, hi, slow.timeout(lo, hi), "at most the ceiling")
 	slow.sample(80 * time.Millisecond)
-	assert.Less(t, slow.timeout(lo, hi), 100*time.Millisecond, "a reply in time ends the doubling")
+	assert.Equal(t, d, slow.timeout(lo, hi), "a reply in time ends the doubling")
 
 	silent.late()
 	assert.Equal(t, 2*lo, silent.timeout(lo, hi), "doubling works before any sample too")
