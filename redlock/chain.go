@@ -213,16 +213,16 @@ func (r *round) Call(i int) (node.Result, error) {
 	if c.rtts != nil {
 		c.adapt(i, took, err)
 	}
-	if r.cmd.op == "release" {
-		switch {
-		case err != nil:
-			r.retryRelease(i, err)
-		case prev != nil:
-			// Whatever it found, our token included: after a command
-			// that may still run (step.late), a second SET of the token
-			// may come (an acquire and the reseed after it).
-			r.watchRelease(i, prev, res.Status == node.Done)
-		}
+	switch {
+	case r.cmd.op == "release" && err != nil:
+		r.retryRelease(i, err)
+	case r.cmd.op == "release" && prev != nil:
+		// Whatever it found, our token included: after a command
+		// that may still run (step.late), a second SET of the token
+		// may come (an acquire and the reseed after it).
+		r.watchRelease(i, prev, res.Status == node.Done)
+	case r.cmd.op == "transfer" && err == nil:
+		r.watchFrom(i, res.Status)
 	}
 	if c.cfg.hooks.NodeCall != nil {
 		c.callDone(i, r.cmd.op, c.clk.Since(start), err)

@@ -495,3 +495,69 @@ func TestLatePlainSetAfterRollback(t *testing.T) {
 		return true
 	}, 2*time.Second+tombTimeout+time.Second, 20*time.Millisecond, "keys left (tombstones included)")
 }
+
+// TestLateAcquireOfAHandedOverLock (issue 43, a torture trace): a lock's
+// plain SET times out on one of three nodes and runs there only after
+// the lock was handed on within its client and the successor unlocked.
+// No release of the handed-over lock follows on that node (the transfer
+// removed its key there), so without a watch the late SET's key stays
+// for the TTL; the transfer watches the old token there, and frees it
+// within the longest wait between tries (2 s) and a round trip.
+func TestLateAcquireOfAHandedOverLock(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	ns := newLateNodes(t, urls)
+	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
+	require.NoError(t, err)
+	defer b.Close()
+
+	ns[2].mu.Lock()
+	held := 0
+	ns[2].hold = func(op string, holderTTL bool) bool {
+		if op == "acquire" && !holderTTL {
+			held++
+			return held == 1
+		}
+		return false
+	}
+	ns[2].mu.Unlock()
+	holder, err := b.TryLock(ctx, "k")
+	require.NoError(t, err, "nodes 0 and 1 are a majority")
+	require.Equal(t, []string{holder.Token()}, ns[2].lateTokens(), "node 2 holds the holder's SET")
+
+	type got struct {
+		l   *redlock.Lock
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := b.Lock(lctx, "k")
+		done <- got{l, err}
+	}()
+	require.Eventually(t, func() bool {
+		n, err := admins[0].Do(ctx, "EXISTS", node.WaitersKey("k"))
+		return err == nil && n == int64(1)
+	}, 5*time.Second, time.Millisecond, "the waiter has queued")
+	require.NoError(t, holder.Unlock(ctx), "handed on to the local waiter")
+	var g got
+	select {
+	case g = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, g.err)
+	everywhere(t, admins, "k", g.l.Token()) // the transfer took node 2 too: the key was absent there
+	require.NoError(t, g.l.Unlock(ctx))
+	everywhere(t, admins, "k", "")
+
+	require.Equal(t, []node.Status{node.Done}, ns[2].runLate(), "the late SET set the key, free again")
+	ns[2].open()
+	ran := time.Now()
+	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" },
+		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the handed-over lock's late key is released, not left for a TTL")
+	t.Logf("freed %v after the late SET ran", time.Since(ran).Round(time.Millisecond))
+	require.NoError(t, b.Close())
+	noKeysLeft(t, admins, "k")
+}
