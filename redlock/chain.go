@@ -456,8 +456,9 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 //   - release: nothing to release where the previous command proved the
 //     key is not ours (Taken or Absent: a SET NX's refusal, or a script
 //     that found another token or none), but for a lock held by grants,
-//     which a node may grant later; nor where a transfer of the lock
-//     already removed its key (cmd.freed: answered Done).
+//     which a node may grant later, or after a command that may still
+//     run there (step.late); nor where a transfer of the lock already
+//     removed its key (cmd.freed: answered Done).
 //
 // Such a node is not called: its breaker, timeout estimate and hooks
 // hear nothing of it.
@@ -479,7 +480,12 @@ func (r *round) passes(i int, prev *step) bool {
 			// comes to a lock that is gone.
 			return false
 		}
-		return prev != nil && prev.err == nil && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
+		// Not after a command that may still run (step.late): an
+		// extend that found another holder, or none, proves nothing
+		// of the acquire that timed out before it, which may set the
+		// key later; the release is sent, leaves a tombstone, and is
+		// watched (see watchRelease).
+		return prev != nil && prev.err == nil && !prev.late && (prev.res.Status == node.Taken || prev.res.Status == node.Absent)
 	}
 	return false
 }
