@@ -160,10 +160,25 @@ func TestAbandonedCountsPerNodeAndKey(t *testing.T) {
 		})
 	}
 	ctx := context.Background()
-	for range locks {
+	for j := range locks {
 		l, err := c.TryLock(ctx, "k")
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
+		// TryLock and Unlock return at a majority: the next lock takes
+		// nodes 0 and 1 too (and has a release to lose there) once this
+		// one's acquire and release have run there. (A slow run, -race,
+		// otherwise finds the key still there, and its release passes.)
+		require.Eventually(t, func() bool {
+			for _, f := range fakes[:2] {
+				f.mu.Lock()
+				ran := f.calls["acquire"] == j+1 && f.calls["release"] >= j+1
+				f.mu.Unlock()
+				if !ran || f.token("k") != "" {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, time.Millisecond)
 	}
 	err := c.Close()
 	require.ErrorIs(t, err, redlock.ErrAbandoned)
