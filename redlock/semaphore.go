@@ -173,7 +173,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		passed := false
 		if w != nil {
 			w.rebuffer(heard)
-			if passed = c.passOn(s.local, w, round); !passed {
+			if passed = c.passOn(s.local, w, round, p, func() { s.leave(p) }); !passed {
 				w.stop()
 			}
 		}
@@ -196,11 +196,20 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	// slot, which queues the client again (the previous head left the
 	// line when it got its slot); elsewhere it waits at once.
 	tryNow, subscribed := true, false
-	if w, round = c.takeOver(s.local); w != nil {
+	var inherited *place
+	if w, round, inherited = c.takeOver(s.local); w != nil {
 		subscribed = true
 		hint = w.pending()
 		listening := w.listeningEach(len(s.slots), c.quorum)
 		switch {
+		case inherited != nil:
+			// The previous head's place in the line, registered under
+			// the client's tag: this call waits there, and leaves it
+			// when it ends (its attempts still on their way included).
+			p = inherited
+			if hint == nil && listening {
+				hint = []int{rand.IntN(s.permits)}
+			}
 		case c.handoff:
 			p = &place{}
 			if hint == nil && listening {
@@ -302,30 +311,38 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	}
 }
 
-// passOn leaves w, a semaphore's subscriptions, and round, its count of
-// rounds that found every slot held, to the next waiter in the client's
-// queue key, and reports whether there is one to take them (else the
-// caller stops them).
-func (c *Client) passOn(key string, w *watches, round int) bool {
+// passOn leaves w, a semaphore's subscriptions, round, its count of
+// rounds that found every slot held, and p, its place in the nodes'
+// line once it has made a waiting attempt there (which unplace leaves),
+// to the next waiter in the client's queue key, and reports whether
+// there is one to take them (else the caller stops them and leaves).
+func (c *Client) passOn(key string, w *watches, round int, p *place, unplace func()) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[key]
 	if q == nil || len(q.waiters) < 2 || q.passed != nil {
 		return false
 	}
-	q.passed, q.rounds = w, round
+	q.passed, q.rounds, q.place, q.unplace = w, round, nil, nil
+	if p != nil && p.tried {
+		q.place, q.unplace = p, unplace
+	}
 	return true
 }
 
-// takeOver returns the subscriptions and round count that the previous
-// head of the client's queue key left (passOn); nil and 0 if none.
-func (c *Client) takeOver(key string) (*watches, int) {
+// takeOver returns the subscriptions, round count and place in the
+// nodes' line (nil: none) that the previous head of the client's queue
+// key left (passOn); nil, 0 and nil if none. The place passes with the
+// subscriptions: the next head leaves the line when it ends, as the
+// previous one would have (see Semaphore.leave); where every waiter
+// gives up before its turn, the last one's Client.leave does.
+func (c *Client) takeOver(key string) (*watches, int, *place) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	q := c.queues[key]
-	w, n := q.passed, q.rounds
-	q.passed, q.rounds = nil, 0
-	return w, n
+	w, n, p := q.passed, q.rounds, q.place
+	q.passed, q.rounds, q.place, q.unplace = nil, 0, nil, nil
+	return w, n, p
 }
 
 // watch subscribes to the releases of every slot (Client.watchKeys, a

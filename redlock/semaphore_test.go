@@ -605,3 +605,52 @@ func TestSemaphoreHandoffWhileAnotherSlotReleases(t *testing.T) {
 		t.Fatal("the waiter got no slot while the other permit's release was held")
 	}
 }
+
+// TestSemaphoreLineLeftWhenEveryWaiterGivesUp (issue 43, a torture
+// trace): a client's head waiter, queued in the nodes' line, and the
+// waiter behind it give up together. The head passes its place on to
+// the next (passOn); that one ends too, at its turn or before it, and
+// the client's registration goes with it, before Close: otherwise the
+// next release reserves the slot for a client that no longer waits, for
+// a lease.
+func TestSemaphoreLineLeftWhenEveryWaiterGivesUp(t *testing.T) {
+	for run := range 10 {
+		fakes, _, nodes, clk := watchHandoffNodes()
+		opts := redlock.WithRetry(redlock.LinearBackoff(time.Hour))
+		a, b := handoffClient(t, nodes, clk, opts), handoffClient(t, nodes, clk, opts)
+		ctx := context.Background()
+		sa, err := a.Semaphore("s", 1)
+		require.NoError(t, err)
+		sb, err := b.Semaphore("s", 1)
+		require.NoError(t, err)
+		q := "s:permits:1:line"
+		queued := func(n int) func() bool {
+			return func() bool {
+				for _, nd := range nodes {
+					if nd.(watchHandoff).queued(q) != n {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		held := holdAll(t, sa)[redlock.PermitKey("s", 0)]
+		require.Eventually(t, func() bool { return holders(fakes, held.Key(), held.Token()) == len(fakes) }, 5*time.Second, time.Millisecond)
+		gctx, giveUp := context.WithCancel(ctx)
+		first := acquireAsync(gctx, sb)
+		require.Eventually(t, queued(1), 5*time.Second, time.Millisecond, "b queues")
+		require.Eventually(t, func() bool { return clk.Waiters() >= 1 }, 5*time.Second, time.Millisecond)
+		second := acquireAsync(gctx, sb)
+		time.Sleep(10 * time.Millisecond) // behind the first, in b's own queue
+		giveUp()
+		for _, rc := range []<-chan acquired{first, second} {
+			require.ErrorIs(t, (<-rc).err, context.Canceled)
+		}
+		require.Eventually(t, queued(0), 5*time.Second, time.Millisecond, "run %d: b is still in the line after both gave up", run)
+		require.NoError(t, held.Unlock(ctx))
+		require.Eventually(t, func() bool { return holders(fakes, held.Key(), "") == len(fakes) }, 5*time.Second, time.Millisecond,
+			"run %d: the slot is free, not reserved for b", run)
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+	}
+}

@@ -34,6 +34,8 @@ type turnstile struct {
 	holder  *Lock            // the lock the last head left with, until its Unlock: the next head waits for its handoff
 	passed  *watches         // a semaphore's: the subscriptions the last head left to the next (Client.passOn)
 	rounds  int              // with passed: the rounds that found every slot held so far
+	place   *place           // with passed: the last head's place in the nodes' line, when it made a waiting attempt (nil: none), and
+	unplace func()           // what leaves it, should no waiter take it over
 }
 
 // hotFor is how long after a Lock call on a key had to wait this client
@@ -101,13 +103,18 @@ func (c *Client) join(key string) (turn chan struct{}) {
 // the lock it returns (nil: none), which the next head then waits for.
 func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 	var orphan *watches
+	var unplace func()
 	c.qmu.Lock()
 	q := c.queues[key]
 	i := slices.Index(q.waiters, turn)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
 	switch {
 	case len(q.waiters) == 0:
-		orphan = q.passed // left for a waiter that gave up before its turn
+		// Left for a waiter that gave up before its turn.
+		orphan = q.passed
+		if q.place != nil {
+			unplace = q.unplace
+		}
 		delete(c.queues, key)
 	case i == 0:
 		if l != nil {
@@ -118,6 +125,9 @@ func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 	c.qmu.Unlock()
 	if orphan != nil {
 		orphan.stop() // outside qmu: it may write to the nodes
+	}
+	if unplace != nil {
+		unplace()
 	}
 }
 
