@@ -222,7 +222,7 @@ func (r *round) Call(i int) (node.Result, error) {
 		// may come (an acquire and the reseed after it).
 		r.watchRelease(i, prev, res.Status == node.Done)
 	case r.cmd.op == "transfer" && err == nil:
-		r.watchFrom(i, res.Status)
+		r.watchFrom(i)
 	}
 	if c.cfg.hooks.NodeCall != nil {
 		c.callDone(i, r.cmd.op, c.clk.Since(start), err)

@@ -391,17 +391,21 @@ func (r *round) watchRelease(i int, prev *step, found bool) {
 }
 
 // watchFrom watches, on node i, the release of the lock a transfer round
-// handed over, where the transfer removed its key (st Done: replaced by
-// the successor's; Absent: released, or handed to the head of the queue)
-// after a command of that lock that may still run there (step.late): no
-// release of that lock follows on the node (see passes, command.freed),
-// and the late command would set its token once the key is free, for a
-// TTL, with no one left to release it (a late acquire of the lock that
-// was then handed on within the client, say). As watchRelease, until that
-// lock's keys would have expired.
-func (r *round) watchFrom(i int, st node.Status) {
+// handed over, where the transfer answered (Done: it replaced that
+// lock's key by the successor's; Absent: released it, or handed it to the
+// head of the queue; Taken: found another token) after a command of
+// that lock that may still run there (step.late): no release of that
+// lock follows on the node once the handoff succeeds (see passes,
+// command.freed, Lock.releaseRest), and the late command would set its
+// token once the key is free, for a TTL, with no one left to release it
+// (a late acquire, or transfer to it, of a lock that was then handed on
+// within the client). As watchRelease, until that lock's keys would
+// have expired. (A handoff that fails releases that lock where it found
+// another token, and watches that release too: the rare late case pays
+// for a second watch.)
+func (r *round) watchFrom(i int) {
 	from := r.cmd.from
-	if st != node.Done && st != node.Absent || !from.ch.lateBefore(&r.cmd.fromTail[i]) || !r.ch.c.clk.Now().Before(from.ch.expires) {
+	if !from.ch.lateBefore(&r.cmd.fromTail[i]) || !r.ch.c.clk.Now().Before(from.ch.expires) {
 		return
 	}
 	r.ch.c.enqueue(i, release{k: from.k, announce: true, until: from.ch.expires, ch: &from.ch}, true)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -608,6 +609,110 @@ func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" },
 		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the late key is released, not left for a TTL")
 	t.Logf("freed %v after the late SET ran", time.Since(ran).Round(time.Millisecond))
+	require.NoError(t, b.Close())
+	noKeysLeft(t, admins, "k")
+}
+
+// TestLateTransferOfAHandedOverLock (issue 43, a torture trace): the
+// transfer that hands a lock to S1 runs late on one of three nodes,
+// after S1 was handed on to S2, whose transfer found another token on
+// that node, and after S2 unlocked. S1's key, set there by the late
+// transfer, is released within the longest wait between tries (2 s) and
+// a round trip, not left for the TTL.
+func TestLateTransferOfAHandedOverLock(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	ns := newLateNodes(t, urls)
+	var attempts atomic.Int32 // acquires answered by node 0
+	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout),
+		redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+			if i.Node == 0 && i.Op == "acquire" {
+				attempts.Add(1)
+			}
+		}}))
+	require.NoError(t, err)
+	defer b.Close()
+	type got struct {
+		l   *redlock.Lock
+		err error
+	}
+	lockAsync := func() <-chan got {
+		done := make(chan got, 1)
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			l, err := b.Lock(lctx, "k")
+			done <- got{l, err}
+		}()
+		return done
+	}
+	receive := func(c <-chan got) *redlock.Lock {
+		t.Helper()
+		select {
+		case g := <-c:
+			require.NoError(t, g.err)
+			return g.l
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lock did not return")
+			return nil
+		}
+	}
+	// lockAsync's call has tried the nodes once (and waits for a
+	// handoff): node 0 answered an acquire more than before.
+	tried := func(before int32) {
+		t.Helper()
+		require.Eventually(t, func() bool { return attempts.Load() > before }, 5*time.Second, time.Millisecond, "the waiter has tried")
+		time.Sleep(50 * time.Millisecond) // its attempt's other nodes answer, and it waits for the handoff
+	}
+
+	holder, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	ns[2].mu.Lock()
+	held := 0
+	ns[2].hold = func(op string, _ bool) bool {
+		if op == "transfer" {
+			held++
+			return held == 1
+		}
+		return false
+	}
+	ns[2].mu.Unlock()
+	n := attempts.Load()
+	first := lockAsync()
+	tried(n)
+	require.NoError(t, holder.Unlock(ctx))
+	s1 := receive(first)
+	require.Eventually(t, func() bool {
+		ns[2].mu.Lock()
+		defer ns[2].mu.Unlock()
+		return ns[2].timedOut[s1.Token()]
+	}, 5*time.Second, time.Millisecond, "the transfer to S1 timed out on node 2")
+	ns[2].open()
+	// The holder's key there is released in the background; then
+	// another token takes node 2, so that S2's transfer finds it.
+	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" }, 5*time.Second, time.Millisecond)
+	_, err = admins[2].Do(ctx, "SET", "k", "someone-else", "PX", 60000)
+	require.NoError(t, err)
+	n = attempts.Load()
+	second := lockAsync()
+	tried(n)
+	require.NoError(t, s1.Unlock(ctx), "handed on to S2")
+	s2 := receive(second)
+	_, err = admins[2].Do(ctx, "DEL", "k")
+	require.NoError(t, err)
+	require.NoError(t, s2.Unlock(ctx))
+	everywhere(t, admins, "k", "")
+
+	// The watch's first try may have left S1's tombstone already: then
+	// the late transfer is refused (Taken); else it sets S1's token.
+	late := ns[2].runLate()
+	require.Len(t, late, 1)
+	require.Contains(t, []node.Status{node.Done, node.Taken}, late[0])
+	ran := time.Now()
+	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" },
+		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "S1's late key is released, not left for a TTL")
+	t.Logf("freed %v after the late transfer ran", time.Since(ran).Round(time.Millisecond))
 	require.NoError(t, b.Close())
 	noKeysLeft(t, admins, "k")
 }
