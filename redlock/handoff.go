@@ -284,19 +284,37 @@ type inflight struct {
 	acq, rb []step
 }
 
-// landed reports whether both of f's commands have returned on every node.
-func (f *inflight) landed() bool {
+// settledOn reports whether both of f's commands have returned on node
+// i, and neither timed out after it was sent (step.late): neither can
+// register the call there any more.
+func (f *inflight) settledOn(i int) bool {
+	return f.ch.landed(&f.acq[i]) && f.ch.landed(&f.rb[i]) && !f.acq[i].late && !f.rb[i].late
+}
+
+// settled reports whether f is settled on every node.
+func (f *inflight) settled() bool {
 	for i := range f.acq {
-		if !f.ch.landed(&f.acq[i]) || !f.ch.landed(&f.rb[i]) {
+		if !f.settledOn(i) {
 			return false
 		}
 	}
 	return true
 }
 
-// pending drops from sent the attempts whose commands have all returned.
+// pending drops from sent the attempts that are settled: an attempt
+// whose command timed out on a node stays, since it may still run there.
 func pending(sent []*inflight) []*inflight {
-	return slices.DeleteFunc(sent, (*inflight).landed)
+	return slices.DeleteFunc(sent, (*inflight).settled)
+}
+
+// settledOn reports whether every attempt of sent is settled on node i.
+func settledOn(sent []*inflight, i int) bool {
+	for _, f := range sent {
+		if !f.settledOn(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // owedLeave is a Leave sent again (see Client.owe): node i may register
@@ -681,13 +699,13 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 	t := c.nodeTimeout(i)
 	wctx, wcancel := context.WithTimeout(context.Background(), t+2*c.cfg.maxTimeout())
 	defer wcancel()
-	late := false
+	late, set := false, false
 	if acq != nil {
 		switch {
 		case !l.ch.await(acq, wctx.Done()):
 			late = true // still on its way: it may register the call after the Leave
 		case l.ch.stepSet(acq):
-			return // the node set the key, and dropped the registration with it
+			set = true // the node set the key, and dropped the registration with it
 		default:
 			// It timed out after it was sent: it may still run, and
 			// register the call again after the Leave (a grant then
@@ -703,6 +721,12 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 			continue
 		}
 		late = late || f.acq[i].late || f.rb[i].late
+	}
+	if set && !late {
+		// No earlier attempt of the call can register it there again
+		// (one that timed out, running after the lock's acquire or
+		// transfer dropped the registration, did: a torture trace).
+		return
 	}
 	ok, gen := c.allow(i)
 	if !ok {
@@ -725,8 +749,9 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 // (node.Handoffer.Leave), in the background, when a Lock call that waited
 // ends: on every node when it gives up, and where its lock l's acquire
 // did not set the key when it got the lock (that acquire dropped the
-// registration where it did; an acquire still on its way to a node is
-// waited for, up to a node timeout, before deciding). On each node the
+// registration where it did, unless an earlier attempt of the call that
+// timed out there may register it again; an acquire still on its way to
+// a node is waited for, up to a node timeout, before deciding). On each node the
 // Leave goes once the call's waiting attempts still on their way there
 // (sent; nil for none) have returned, acquire and rollback: either may
 // register the call, and would do it again after a Leave that overtook
@@ -776,7 +801,7 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 		var acq *step // l's acquire on node i, which may still be on its way
 		if l != nil {
 			acq = &l.ch.tail[i]
-			if l.ch.stepSet(acq) {
+			if l.ch.stepSet(acq) && settledOn(sent, i) {
 				continue
 			}
 		}

@@ -716,3 +716,74 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	require.NoError(t, b.Close())
 	noKeysLeft(t, admins, "k")
 }
+
+// TestLateAttemptAfterAHandoffIsLeft (issue 43, a torture trace): a
+// waiter's waiting attempt times out on one of three nodes; the holder
+// of the same client then hands it the lock, whose transfer drops the
+// waiter's registration on every node; then the attempt runs on that
+// node and registers the call again. The call holds the lock, but its
+// Leave is still owed there, and sent again until the late attempt has
+// had its chance: the registration goes within a lease, and is not
+// granted the key when the lock is unlocked.
+func TestLateAttemptAfterAHandoffIsLeft(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	ns := newLateNodes(t, urls)
+	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
+	require.NoError(t, err)
+	defer b.Close()
+
+	holder, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	ns[2].mu.Lock()
+	held := 0
+	ns[2].hold = func(op string, holderTTL bool) bool {
+		if op == "acquire" && holderTTL {
+			held++
+			return held == 1
+		}
+		return false
+	}
+	ns[2].mu.Unlock()
+	type got struct {
+		l   *redlock.Lock
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := b.Lock(lctx, "k")
+		done <- got{l, err}
+	}()
+	require.Eventually(t, func() bool {
+		ns[2].mu.Lock()
+		defer ns[2].mu.Unlock()
+		return len(ns[2].heldTok) == 1 && ns[2].timedOut[ns[2].heldTok[0]]
+	}, 5*time.Second, time.Millisecond, "the waiter's waiting attempt timed out on node 2")
+	ns[2].open()
+	require.NoError(t, holder.Unlock(ctx), "handed on to the waiter")
+	var g got
+	select {
+	case g = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, g.err)
+	everywhere(t, admins, "k", g.l.Token())
+
+	// It registers the call again (the owed Leave, resent, may take it
+	// out at once).
+	require.Equal(t, []node.Status{node.Taken}, ns[2].runLate(), "the late attempt finds the lock's key")
+	ran := time.Now()
+	require.Eventually(t, func() bool {
+		n, err := admins[2].Do(ctx, "EXISTS", node.WaitersKey("k"))
+		return err == nil && n == int64(0)
+	}, node.WaiterLease*3/4, 5*time.Millisecond, "the late registration is left before its lease ends")
+	t.Logf("left %v after the late attempt ran", time.Since(ran).Round(time.Millisecond))
+	require.NoError(t, g.l.Unlock(ctx))
+	everywhere(t, admins, "k", "")
+	require.NoError(t, b.Close())
+	noKeysLeft(t, admins, "k")
+}
