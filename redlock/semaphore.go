@@ -196,22 +196,19 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	// slot, which queues the client again (the previous head left the
 	// line when it got its slot); elsewhere it waits at once.
 	tryNow, subscribed := true, false
-	var inherited *place
-	if w, round, inherited = c.takeOver(s.local); w != nil {
+	if w, round, p = c.takeOver(s.local); w != nil {
 		subscribed = true
 		hint = w.pending()
 		listening := w.listeningEach(len(s.slots), c.quorum)
 		switch {
-		case inherited != nil:
-			// The previous head's place in the line, registered under
-			// the client's tag: this call waits there, and leaves it
-			// when it ends (its attempts still on their way included).
-			p = inherited
-			if hint == nil && listening {
-				hint = []int{rand.IntN(s.permits)}
-			}
 		case c.handoff:
-			p = &place{}
+			// The previous head's place in the line, if it had one
+			// (registered under the client's tag): this call waits
+			// there, and leaves it when it ends (its attempts still on
+			// their way included).
+			if p == nil {
+				p = &place{}
+			}
 			if hint == nil && listening {
 				hint = []int{rand.IntN(s.permits)}
 			}
