@@ -53,6 +53,7 @@ func lockOnAll(t *testing.T, ctx context.Context, c *redlock.Client, fakes []*fa
 type lockResult struct {
 	l   *redlock.Lock
 	err error
+	at  time.Time // when the call returned (lockAsync only)
 }
 
 // waitIn starts c.Lock(ctx, key) and returns once the call is waiting
@@ -62,7 +63,7 @@ func waitIn(t *testing.T, ctx context.Context, c *redlock.Client, clk *clock.Fak
 	out := make(chan lockResult, 1)
 	go func() {
 		l, err := c.Lock(ctx, key)
-		out <- lockResult{l, err}
+		out <- lockResult{l: l, err: err}
 	}()
 	require.Eventually(t, func() bool { return clk.Waiters() >= timers }, 5*time.Second, time.Millisecond, "the waiter sleeps")
 	return out
@@ -92,7 +93,7 @@ func receiveLock(t *testing.T, rc <-chan lockResult) lockResult {
 	select {
 	case r := <-rc:
 		return r
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Lock did not return")
 		return lockResult{}
 	}
@@ -345,7 +346,7 @@ func TestChainEndReleaseIsNotRaced(t *testing.T) {
 		next := make(chan lockResult, 1)
 		go func() {
 			l, err := c.Lock(ctx, "k")
-			next <- lockResult{l, err}
+			next <- lockResult{l: l, err: err}
 		}()
 		require.Eventually(t, func() bool { return redlock.Waiting(c, "k") == 2 }, 5*time.Second, time.Millisecond)
 		require.NoError(t, l.Unlock(ctx))

@@ -719,7 +719,7 @@ func TestMaxWaitEndsLock(t *testing.T) {
 	rc := make(chan lockResult, 1)
 	go func() {
 		l, err := c.Lock(context.Background(), "k", redlock.WithMaxWait(3*time.Second))
-		rc <- lockResult{l, err}
+		rc <- lockResult{l: l, err: err}
 	}()
 	err := drive(t, clk, time.Second, rc).err
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)

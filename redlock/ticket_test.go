@@ -174,7 +174,7 @@ func TestLateLeaveSparesTheNextCall(t *testing.T) {
 	r2 := make(chan lockResult, 1)
 	go func() {
 		l, err := w.Lock(ctx2, "k")
-		r2 <- lockResult{l, err}
+		r2 <- lockResult{l: l, err: err}
 	}()
 	time.Sleep(50 * time.Millisecond) // the second call registers now, or waits for the Leaves
 	close(open)

@@ -280,6 +280,44 @@ func getKey(t *testing.T, a *redistest.Admin, key string) string {
 	return string(b)
 }
 
+// lockInBackground calls c.Lock(key) in the background, with a 5 s deadline
+// (receiveLock waits for it).
+func lockInBackground(ctx context.Context, c *redlock.Client, key string) <-chan lockResult {
+	done := make(chan lockResult, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := c.Lock(lctx, key)
+		done <- lockResult{l, err, time.Now()}
+	}()
+	return done
+}
+
+// holdFirst makes n hold the first call that pick picks, and no other.
+func (n *lateNode) holdFirst(pick func(op string, holderTTL bool) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	held := false
+	n.hold = func(op string, holderTTL bool) bool { // under n.mu
+		if held || !pick(op, holderTTL) {
+			return false
+		}
+		held = true
+		return true
+	}
+}
+
+// waitTimedOut waits until the call n holds for token has returned: its
+// caller saw it time out.
+func (n *lateNode) waitTimedOut(t *testing.T, token, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.timedOut[token]
+	}, 5*time.Second, time.Millisecond, what)
+}
+
 const (
 	tombTTL     = 30 * time.Second       // far above every bound the tests assert
 	tombTimeout = 200 * time.Millisecond // the node timeout of the client whose commands run late
@@ -317,18 +355,7 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 		waiting[i]++
 		return waiting[i] == 2 // the second attempt's (a straggler of the first may come after it elsewhere)
 	})
-	type got struct {
-		l   *redlock.Lock
-		err error
-		at  time.Time
-	}
-	done := make(chan got, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := b.Lock(lctx, "k")
-		done <- got{l, err, time.Now()}
-	}()
+	done := lockInBackground(ctx, b, "k")
 	rolledBack()
 	require.NoError(t, holder.Unlock(ctx))
 	for i := 1; i < 3; i++ {
@@ -342,12 +369,7 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	opened := time.Now()
 	ns[1].open()
 	ns[2].open()
-	var g got
-	select {
-	case g = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock did not return")
-	}
+	g := receiveLock(t, done)
 	require.NoError(t, g.err, "the waiter gets the lock")
 	assert.Less(t, g.at.Sub(opened), tombTimeout+500*time.Millisecond, "within a node timeout and a round trip, not a TTL")
 	liveHolds(t, ns, admins, "k", g.l.Token())
@@ -374,18 +396,7 @@ func TestLateTransferAfterRollback(t *testing.T) {
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err)
 	everywhere(t, admins, "k", holder.Token())
-	type got struct {
-		l   *redlock.Lock
-		err error
-		at  time.Time
-	}
-	done := make(chan got, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := b.Lock(lctx, "k")
-		done <- got{l, err, time.Now()}
-	}()
+	done := lockInBackground(ctx, b, "k")
 	// The waiter has tried (and queued on the nodes) before the Unlock.
 	require.Eventually(t, func() bool {
 		n, err := admins[0].Do(ctx, "EXISTS", node.WaitersKey("k"))
@@ -403,12 +414,7 @@ func TestLateTransferAfterRollback(t *testing.T) {
 	opened := time.Now()
 	ns[1].open()
 	ns[2].open()
-	var g got
-	select {
-	case g = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock did not return")
-	}
+	g := receiveLock(t, done)
 	require.NoError(t, g.err, "the local waiter gets the lock")
 	assert.Less(t, g.at.Sub(opened), tombTimeout+500*time.Millisecond, "within a node timeout and a round trip, not a TTL")
 	liveHolds(t, ns, admins, "k", g.l.Token())
@@ -511,43 +517,19 @@ func TestLateAcquireOfAHandedOverLock(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 
-	ns[2].mu.Lock()
-	held := 0
-	ns[2].hold = func(op string, holderTTL bool) bool {
-		if op == "acquire" && !holderTTL {
-			held++
-			return held == 1
-		}
-		return false
-	}
-	ns[2].mu.Unlock()
+	ns[2].holdFirst(func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err, "nodes 0 and 1 are a majority")
 	require.Eventually(t, func() bool { return slices.Equal([]string{holder.Token()}, ns[2].lateTokens()) },
 		5*time.Second, time.Millisecond, "node 2 holds the holder's SET") // TryLock returns at a majority
 
-	type got struct {
-		l   *redlock.Lock
-		err error
-	}
-	done := make(chan got, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := b.Lock(lctx, "k")
-		done <- got{l, err}
-	}()
+	done := lockInBackground(ctx, b, "k")
 	require.Eventually(t, func() bool {
 		n, err := admins[0].Do(ctx, "EXISTS", node.WaitersKey("k"))
 		return err == nil && n == int64(1)
 	}, 5*time.Second, time.Millisecond, "the waiter has queued")
 	require.NoError(t, holder.Unlock(ctx), "handed on to the local waiter")
-	var g got
-	select {
-	case g = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock did not return")
-	}
+	g := receiveLock(t, done)
 	require.NoError(t, g.err)
 	everywhere(t, admins, "k", g.l.Token()) // the transfer took node 2 too: the key was absent there
 	require.NoError(t, g.l.Unlock(ctx))
@@ -578,24 +560,11 @@ func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 
-	ns[2].mu.Lock()
-	held := 0
-	ns[2].hold = func(op string, holderTTL bool) bool {
-		if op == "acquire" && !holderTTL {
-			held++
-			return held == 1
-		}
-		return false
-	}
-	ns[2].mu.Unlock()
+	ns[2].holdFirst(func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
 	l, err := b.TryLock(ctx, "k")
 	require.NoError(t, err, "nodes 0 and 1 are a majority")
 	ns[2].open()
-	require.Eventually(t, func() bool {
-		ns[2].mu.Lock()
-		defer ns[2].mu.Unlock()
-		return ns[2].timedOut[l.Token()]
-	}, 5*time.Second, time.Millisecond, "node 2's SET timed out (the Extend goes there after it)")
+	ns[2].waitTimedOut(t, l.Token(), "node 2's SET timed out (the Extend goes there after it)")
 	_, err = admins[2].Do(ctx, "SET", "k", "someone-else", "PX", 60000)
 	require.NoError(t, err)
 	require.NoError(t, l.Extend(ctx, tombTTL), "nodes 0 and 1 extend")
@@ -632,32 +601,13 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 		}}))
 	require.NoError(t, err)
 	defer b.Close()
-	type got struct {
-		l   *redlock.Lock
-		err error
-	}
-	lockAsync := func() <-chan got {
-		done := make(chan got, 1)
-		go func() {
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			l, err := b.Lock(lctx, "k")
-			done <- got{l, err}
-		}()
-		return done
-	}
-	receive := func(c <-chan got) *redlock.Lock {
+	receive := func(c <-chan lockResult) *redlock.Lock {
 		t.Helper()
-		select {
-		case g := <-c:
-			require.NoError(t, g.err)
-			return g.l
-		case <-time.After(10 * time.Second):
-			t.Fatal("Lock did not return")
-			return nil
-		}
+		g := receiveLock(t, c)
+		require.NoError(t, g.err)
+		return g.l
 	}
-	// lockAsync's call has tried the nodes once (and waits for a
+	// lockInBackground's call has tried the nodes once (and waits for a
 	// handoff): node 0 answered an acquire more than before.
 	tried := func(before int32) {
 		t.Helper()
@@ -668,26 +618,13 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err)
 	everywhere(t, admins, "k", holder.Token())
-	ns[2].mu.Lock()
-	held := 0
-	ns[2].hold = func(op string, _ bool) bool {
-		if op == "transfer" {
-			held++
-			return held == 1
-		}
-		return false
-	}
-	ns[2].mu.Unlock()
+	ns[2].holdFirst(func(op string, _ bool) bool { return op == "transfer" })
 	n := attempts.Load()
-	first := lockAsync()
+	first := lockInBackground(ctx, b, "k")
 	tried(n)
 	require.NoError(t, holder.Unlock(ctx))
 	s1 := receive(first)
-	require.Eventually(t, func() bool {
-		ns[2].mu.Lock()
-		defer ns[2].mu.Unlock()
-		return ns[2].timedOut[s1.Token()]
-	}, 5*time.Second, time.Millisecond, "the transfer to S1 timed out on node 2")
+	ns[2].waitTimedOut(t, s1.Token(), "the transfer to S1 timed out on node 2")
 	ns[2].open()
 	// The holder's key there is released in the background; then
 	// another token takes node 2, so that S2's transfer finds it.
@@ -695,7 +632,7 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	_, err = admins[2].Do(ctx, "SET", "k", "someone-else", "PX", 60000)
 	require.NoError(t, err)
 	n = attempts.Load()
-	second := lockAsync()
+	second := lockInBackground(ctx, b, "k")
 	tried(n)
 	require.NoError(t, s1.Unlock(ctx), "handed on to S2")
 	s2 := receive(second)
@@ -736,27 +673,8 @@ func TestLateAttemptAfterAHandoffIsLeft(t *testing.T) {
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err)
 	everywhere(t, admins, "k", holder.Token())
-	ns[2].mu.Lock()
-	held := 0
-	ns[2].hold = func(op string, holderTTL bool) bool {
-		if op == "acquire" && holderTTL {
-			held++
-			return held == 1
-		}
-		return false
-	}
-	ns[2].mu.Unlock()
-	type got struct {
-		l   *redlock.Lock
-		err error
-	}
-	done := make(chan got, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := b.Lock(lctx, "k")
-		done <- got{l, err}
-	}()
+	ns[2].holdFirst(func(op string, holderTTL bool) bool { return op == "acquire" && holderTTL })
+	done := lockInBackground(ctx, b, "k")
 	require.Eventually(t, func() bool {
 		ns[2].mu.Lock()
 		defer ns[2].mu.Unlock()
@@ -764,12 +682,7 @@ func TestLateAttemptAfterAHandoffIsLeft(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the waiter's waiting attempt timed out on node 2")
 	ns[2].open()
 	require.NoError(t, holder.Unlock(ctx), "handed on to the waiter")
-	var g got
-	select {
-	case g = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock did not return")
-	}
+	g := receiveLock(t, done)
 	require.NoError(t, g.err)
 	everywhere(t, admins, "k", g.l.Token())
 
