@@ -280,6 +280,29 @@ func getKey(t *testing.T, a *redistest.Admin, key string) string {
 	return string(b)
 }
 
+// lateClient returns the late nodes over urls, and a client of them with
+// the node timeout whose commands run late (tombTimeout) and opts; the
+// test's end closes it.
+func lateClient(t *testing.T, urls []string, opts ...redlock.Option) ([]*lateNode, *redlock.Client) {
+	t.Helper()
+	ns := newLateNodes(t, urls)
+	b, err := redlock.New(asRedlockNodes(ns), append([]redlock.Option{redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return ns, b
+}
+
+// watchFrees waits until key is gone from the node a, where a late
+// command has just set it: a watched release frees it within its longest
+// wait between tries (2 s) and a round trip, not a TTL.
+func watchFrees(t *testing.T, a *redistest.Admin, key, what string) {
+	t.Helper()
+	ran := time.Now()
+	require.Eventually(t, func() bool { return getKey(t, a, key) == "" },
+		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, what)
+	t.Logf("freed %v after the late command ran", time.Since(ran).Round(time.Millisecond))
+}
+
 // lockInBackground calls c.Lock(key) in the background, with a 5 s deadline
 // (receiveLock waits for it).
 func lockInBackground(ctx context.Context, c *redlock.Client, key string) <-chan lockResult {
@@ -336,11 +359,7 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
 	require.NoError(t, err)
 	defer a.Close()
-	ns := newLateNodes(t, urls)
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout),
-		redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls, redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
 
 	holder, err := a.TryLock(ctx, "k")
 	require.NoError(t, err)
@@ -387,11 +406,7 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 func TestLateTransferAfterRollback(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	ns := newLateNodes(t, urls)
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout),
-		redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls, redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
 
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err)
@@ -435,10 +450,7 @@ func TestLatePlainSetAfterRollback(t *testing.T) {
 	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
 	require.NoError(t, err)
 	defer a.Close()
-	ns := newLateNodes(t, urls)
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls)
 
 	// The uncontended cycle asks for no tombstone.
 	l, err := b.TryLock(ctx, "k")
@@ -512,10 +524,7 @@ func TestLatePlainSetAfterRollback(t *testing.T) {
 func TestLateAcquireOfAHandedOverLock(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	ns := newLateNodes(t, urls)
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls)
 
 	ns[2].holdFirst(func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
 	holder, err := b.TryLock(ctx, "k")
@@ -537,10 +546,7 @@ func TestLateAcquireOfAHandedOverLock(t *testing.T) {
 
 	require.Equal(t, []node.Status{node.Done}, ns[2].runLate(), "the late SET set the key, free again")
 	ns[2].open()
-	ran := time.Now()
-	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" },
-		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the handed-over lock's late key is released, not left for a TTL")
-	t.Logf("freed %v after the late SET ran", time.Since(ran).Round(time.Millisecond))
+	watchFrees(t, admins[2], "k", "the handed-over lock's late key is released, not left for a TTL")
 	require.NoError(t, b.Close())
 	noKeysLeft(t, admins, "k")
 }
@@ -555,10 +561,7 @@ func TestLateAcquireOfAHandedOverLock(t *testing.T) {
 func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	ns := newLateNodes(t, urls)
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls)
 
 	ns[2].holdFirst(func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
 	l, err := b.TryLock(ctx, "k")
@@ -574,10 +577,7 @@ func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 	everywhere(t, admins, "k", "")
 
 	require.Equal(t, []node.Status{node.Done}, ns[2].runLate(), "the late SET set the key, free again")
-	ran := time.Now()
-	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" },
-		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the late key is released, not left for a TTL")
-	t.Logf("freed %v after the late SET ran", time.Since(ran).Round(time.Millisecond))
+	watchFrees(t, admins[2], "k", "the late key is released, not left for a TTL")
 	require.NoError(t, b.Close())
 	noKeysLeft(t, admins, "k")
 }
@@ -591,16 +591,12 @@ func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	ns := newLateNodes(t, urls)
 	var attempts atomic.Int32 // acquires answered by node 0
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout),
-		redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
-			if i.Node == 0 && i.Op == "acquire" {
-				attempts.Add(1)
-			}
-		}}))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 0 && i.Op == "acquire" {
+			attempts.Add(1)
+		}
+	}}))
 	receive := func(c <-chan lockResult) *redlock.Lock {
 		t.Helper()
 		g := receiveLock(t, c)
@@ -646,10 +642,7 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	late := ns[2].runLate()
 	require.Len(t, late, 1)
 	require.Contains(t, []node.Status{node.Done, node.Taken}, late[0])
-	ran := time.Now()
-	require.Eventually(t, func() bool { return getKey(t, admins[2], "k") == "" },
-		2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "S1's late key is released, not left for a TTL")
-	t.Logf("freed %v after the late transfer ran", time.Since(ran).Round(time.Millisecond))
+	watchFrees(t, admins[2], "k", "S1's late key is released, not left for a TTL")
 	require.NoError(t, b.Close())
 	noKeysLeft(t, admins, "k")
 }
@@ -665,10 +658,7 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 func TestLateAttemptAfterAHandoffIsLeft(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	ns := newLateNodes(t, urls)
-	b, err := redlock.New(asRedlockNodes(ns), redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(tombTimeout))
-	require.NoError(t, err)
-	defer b.Close()
+	ns, b := lateClient(t, urls)
 
 	holder, err := b.TryLock(ctx, "k")
 	require.NoError(t, err)
