@@ -334,7 +334,7 @@ func (n *redisNode) ReleaseShared(ctx context.Context, k *node.Key, announce boo
 		flag = announceYes
 	}
 	return n.status(ctx, "release", scripts.releaseShared,
-		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, k.Token, flag)
+		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, k.Token, flag, tomb(k))
 }
 
 // Inspect runs inspect.lua: the key's token, PTTL and readers in one

@@ -60,7 +60,8 @@ type Scripts struct {
 	// Reply: ParseStatus.
 	ExtendShared Script
 	// ReleaseShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
-	// token, "1" to hand on and announce or "0". Reply: ParseStatus.
+	// token, "1" to hand on and announce or "0", tombstone ms (optional,
+	// see Key.Tomb). Reply: ParseStatus.
 	ReleaseShared Script
 }
 

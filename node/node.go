@@ -107,9 +107,9 @@ type Key struct {
 	// is shorter sends no Grant). Only a key's own queue (Queue "")
 	// requeues.
 	Requeue bool
-	// Tomb (0: none) asks a Release to leave a tombstone of Token,
-	// TombKey(Name, Token), for Tomb, whether it finds Token under the
-	// key or not: a command of the caller on the node that may set the
+	// Tomb (0: none) asks a Release (or ReleaseShared) to leave a
+	// tombstone of Token, TombKey(Name, Token), for Tomb, whether it
+	// finds Token under the key or not: a command of the caller on the node that may set the
 	// key to Token (an Acquire, a re-seed, or a Transfer to it) timed
 	// out after it was sent and may still run there, after this release,
 	// and no release would follow it. See TombKey for what a tombstone
@@ -246,9 +246,11 @@ type Node interface {
 }
 
 // TombKey is the key of the tombstone of token for lock key: key +
-// ":dead:" + token, left by a Release with Key.Tomb. While it lives, no Acquire by a script (one with
-// holderTTL; every Acquire of a driver that sends no plain SET) and no
-// Transfer sets key to token: the command that would is a late run of
+// ":dead:" + token, left by a Release (or ReleaseShared) with Key.Tomb.
+// While it lives, no Acquire by a script (one with holderTTL; every
+// Acquire of a driver that sends no plain SET), no Transfer and no
+// AcquireShared by a script sets key to token or adds token to its
+// readers: the command that would is a late run of
 // an attempt already rolled back, and the key it set would hold a token
 // nobody releases, blocking the lock for a TTL. A plain SET NX (Acquire
 // without holderTTL, on a driver that sends one) cannot look: the
@@ -537,7 +539,10 @@ type Sharer interface {
 	ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Result, error)
 	// ReleaseShared ends k.Token's hold: Done, Taken or Absent. The last
 	// reader out frees the key as Release does, with announce: reserved
-	// for the head of its queue or deleted, and announced.
+	// for the head of its queue or deleted, and announced. With k.Tomb
+	// it leaves TombKey(k.Name, k.Token), as Release does, and no
+	// AcquireShared by a script adds that token while it lives (a first
+	// try's plain SET cannot look, as a writer's cannot).
 	ReleaseShared(ctx context.Context, k *Key, announce bool) (Result, error)
 }
 

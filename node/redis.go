@@ -605,8 +605,11 @@ func (r *Redis) ReleaseShared(ctx context.Context, k *Key, announce bool) (Resul
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "release", releaseSharedScript, "EVALSHA",
-		[]any{releaseSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag})
+	args := []any{releaseSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag}
+	if k.Tomb > 0 {
+		args = append(args, max(k.Tomb.Milliseconds(), 1))
+	}
+	reply, err := r.call(ctx, "release", releaseSharedScript, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
 	}

@@ -409,7 +409,11 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 		case "extend":
 			return s.ExtendShared(ctx, k, cmd.ttl)
 		}
-		return s.ReleaseShared(ctx, k, cmd.announce)
+		rk := *k
+		if prev != nil && prev.late {
+			rk.Tomb = r.ch.c.tomb(i, r.expires)
+		}
+		return s.ReleaseShared(ctx, &rk, cmd.announce)
 	}
 	switch cmd.op {
 	case "acquire": // fenced

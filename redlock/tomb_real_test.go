@@ -111,14 +111,41 @@ func (n *lateNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Du
 
 func (n *lateNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	res, err := n.Redis.Release(ctx, k, announce)
+	n.record(k, res, err)
+	return res, err
+}
+
+// AcquireShared holds as Acquire does: op "acquire-shared", holderTTL
+// standing for wait (a waiting attempt runs the script).
+func (n *lateNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Duration, wait bool) (node.Result, error) {
+	kc := *k
+	held, err := n.take(ctx, "acquire-shared", wait, k.Token, func() node.Status {
+		res, _ := n.Redis.AcquireShared(context.Background(), &kc, ttl, wait)
+		return res.Status
+	})
+	if held || err != nil {
+		return node.Result{}, err
+	}
+	return n.Redis.AcquireShared(ctx, k, ttl, wait)
+}
+
+// ReleaseShared records as Release does.
+func (n *lateNode) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
+	res, err := n.Redis.ReleaseShared(ctx, k, announce)
+	n.record(k, res, err)
+	return res, err
+}
+
+// record notes the answer to a release of k on the node, and the
+// tombstone it asked for.
+func (n *lateNode) record(k *node.Key, res node.Result, err error) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if err == nil && (n.timedOut[k.Token] || !slices.Contains(n.heldTok, k.Token)) {
 		// (A release sent ahead of its acquire, before the call
 		// returned, is sent again after it: that one counts.)
 		n.released[k.Token], n.tombs[k.Token] = res.Status, k.Tomb
 	}
-	n.mu.Unlock()
-	return res, err
 }
 
 // rolledBack reports whether every held command's token has been
@@ -688,5 +715,61 @@ func TestLateAttemptAfterAHandoffIsLeft(t *testing.T) {
 	require.NoError(t, g.l.Unlock(ctx))
 	everywhere(t, admins, "k", "")
 	require.NoError(t, b.Close())
+	noKeysLeft(t, admins, "k")
+}
+
+// TestLateSharedAcquireAfterRollback (issue 43, a torture trace): a
+// reader's waiting attempt (acquire_shared.lua) times out on two of
+// three nodes, where a writer holds the key, and runs there only after
+// its rollback, the reader's giving up and the writer's Unlock. It must
+// not add the rolled-back token as a reader of the free key: that marker
+// would block writers on a majority for the TTL, and only a watched
+// release (after up to 2 s) would remove it.
+func TestLateSharedAcquireAfterRollback(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the writer: its stragglers land
+	require.NoError(t, err)
+	defer a.Close()
+	ns, b := lateClient(t, urls, redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
+
+	writer, err := a.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", writer.Token())
+	var waiting [3]int // waiting shared acquires per node (under the node's mu)
+	rolledBack := holdOn(t, ns, func(i int, op string, wait bool) bool {
+		if op != "acquire-shared" || !wait {
+			return false
+		}
+		waiting[i]++
+		return waiting[i] == 1
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.RLock(rctx, "k")
+		done <- err
+	}()
+	rolledBack()
+	for i := 1; i < 3; i++ {
+		tok := ns[i].lateTokens()[0]
+		require.Eventually(t, func() bool { return ns[i].tombOf(tok) > 0 }, 5*time.Second, time.Millisecond,
+			"node %d: the rollback after a timed-out shared acquire asks for a tombstone", i)
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.NoError(t, writer.Unlock(ctx))
+	everywhere(t, admins, "k", "")
+	for i := 1; i < 3; i++ {
+		assert.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the late shared acquire is refused", i)
+		assert.Empty(t, getKey(t, admins[i], "k"), "node %d: no reader's marker", i)
+	}
+	ns[1].open()
+	ns[2].open()
+	l, err := a.TryLock(ctx, "k")
+	require.NoError(t, err, "the key is free at once")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
 	noKeysLeft(t, admins, "k")
 }

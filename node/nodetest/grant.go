@@ -330,4 +330,42 @@ func testTomb(t *testing.T, f Factory) {
 		e.resultOf(e.n.Release(e.ctx, &holder, true))(node.Done, "the holder's Unlock")
 		e.do("DEL", tomb, node.WaitersKey(dead.Name))
 	}
+	if sh, ok := e.n.(node.Sharer); ok {
+		testTombShared(t, e, sh)
+	}
+}
+
+// testTombShared: read holds as testTomb. A ReleaseShared with Key.Tomb
+// leaves a tombstone, whether it finds its token or not; while it lives,
+// a waiting AcquireShared (the script; a first try may be a plain SET,
+// which cannot look) of that token adds it nowhere: not to a free key,
+// not beside another reader.
+func testTombShared(t *testing.T, e *env, sh node.Sharer) {
+	late := node.Key{Name: "lk:tomb:r", Token: "dead-r", Owner: "rw"}
+	rb := late
+	rb.Tomb = 10 * time.Second
+	tomb, wk := node.TombKey(late.Name, late.Token), node.WaitersKey(late.Name)
+	e.resultOf(sh.ReleaseShared(e.ctx, &rb, false))(node.Absent, "a shared rollback with Tomb, nothing there")
+	assert.Equal(t, int64(1), e.do("EXISTS", tomb), "a tombstone of the token")
+	assert.InDelta(t, 10*time.Second, e.pttl(tomb), float64(time.Second), "it lives Tomb")
+
+	e.resultOf(sh.AcquireShared(e.ctx, &late, time.Minute, true))(node.Taken, "a late shared acquire of a token with a tombstone, the key free")
+	assert.Equal(t, int64(0), e.do("EXISTS", late.Name), "the key stays free")
+	e.do("DEL", wk) // it queued its owner
+	other := node.Key{Name: late.Name, Token: "other-r"}
+	e.resultOf(sh.AcquireShared(e.ctx, &other, time.Minute, false))(node.Done, "another reader")
+	e.resultOf(sh.AcquireShared(e.ctx, &late, time.Minute, true))(node.Taken, "a late shared acquire of a token with a tombstone, another reader in")
+	e.do("DEL", wk)
+	e.resultOf(sh.ReleaseShared(e.ctx, &other, true))(node.Done, "the other reader was alone: its release frees the key")
+	assert.Equal(t, int64(0), e.do("EXISTS", late.Name, node.ReadersKey(late.Name)), "no hold of the late token was added")
+
+	// Found: freed, and a tombstone all the same (a re-seed of the
+	// token may still be on its way).
+	e.do("DEL", tomb)
+	e.resultOf(sh.AcquireShared(e.ctx, &late, time.Minute, true))(node.Done, "the token without a tombstone")
+	e.resultOf(sh.ReleaseShared(e.ctx, &rb, false))(node.Done, "a shared release with Tomb that finds its token")
+	assert.Equal(t, int64(1), e.do("EXISTS", tomb), "a tombstone")
+	e.resultOf(sh.AcquireShared(e.ctx, &late, time.Minute, true))(node.Taken, "a late shared acquire after it")
+	assert.Equal(t, int64(0), e.do("EXISTS", late.Name), "the key stays free")
+	e.do("DEL", tomb, wk)
 }

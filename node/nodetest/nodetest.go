@@ -41,9 +41,9 @@
 //     password in an error, in Addr, or in what fmt prints of the node.
 //   - Send node.Key.Tomb to release.lua as ARGV[7], in milliseconds
 //     (ARGV[4] to ARGV[6] "0", "0", "" where the release does not
-//     requeue): a release after a command that may run late leaves a
-//     tombstone (node.TombKey) where it does not find its token, and no
-//     script sets a key to a token that has one.
+//     requeue), and to release_shared.lua as ARGV[3]: a release after
+//     a command that may run late leaves a tombstone (node.TombKey),
+//     and no script sets a key to a token that has one.
 //   - Pass keys and tokens as binary-safe strings.
 //   - Be safe for concurrent use.
 //   - Optional interfaces (node.Inspector, node.Watcher, node.Fencer,

@@ -16,6 +16,10 @@
 --          acquire.lua: wait is the key's PTTL (a writer's, or the
 --          readers' while a writer waits before this one), or what is
 --          left of that writer's lease when the key is free.
+-- A token with a tombstone (KEYS[1] .. ":dead:" .. token, node.TombKey,
+-- left by release_shared.lua's ARGV[3]) is never added: this attempt was
+-- rolled back here before it ran (it came late), as in acquire.lua. It is
+-- answered as taken. The common case asks in the EXISTS it makes anyway.
 -- A reader alone on a free key is written into the key's value, MARKER ..
 -- ":" .. token (see shared.lua), with no readers hash and no TIME: the
 -- value's expiry is its hold's. A second reader moves it to the hash.
@@ -30,7 +34,8 @@ if redis.replicate_commands then
   redis.replicate_commands() -- TIME before a write (Redis < 5)
 end
 local SOLE = MARKER .. ":"
-if redis.call("EXISTS", wk) == 0 and redis.call("SET", key, SOLE .. token, "NX", "PX", ttl) then
+local dead = key .. ":dead:" .. token
+if redis.call("EXISTS", wk, dead) == 0 and redis.call("SET", key, SOLE .. token, "NX", "PX", ttl) then
   -- Free, no one queued (the common case, before the libraries are
   -- defined: each definition costs the script a closure per call): the
   -- only reader, held in the value.
@@ -81,6 +86,11 @@ else
   if blocked then
     return {blocked, mine or 0}
   end
+end
+if redis.call("EXISTS", dead) == 1 then
+  -- A tombstone: see above. Its queue entry, if any, stays as a
+  -- waiting attempt's would.
+  return {math.max(1, redis.call("PTTL", key)), tonumber(ARGV[5]) or 0}
 end
 if tag ~= "" then
   queue_drop(wk, tag)

@@ -5,6 +5,10 @@
 -- KEYS[3]  its readers (node.ReadersKey)
 -- ARGV[1]  the reader's token
 -- ARGV[2]  "1" for an Unlock, "0" for a rollback, as release.lua
+-- ARGV[3]  a tombstone's lifetime in milliseconds ("0" or absent: none),
+--          as release.lua's ARGV[7]: KEYS[1] .. ":dead:" .. ARGV[1]
+--          (node.TombKey), whether the token holds anything here or not;
+--          acquire_shared.lua never adds a token that has one
 -- Returns  1 released, 0 a writer holds the key, -1 the token held nothing
 --          here.
 -- The last reader out frees the key as release.lua does: for an Unlock
@@ -14,6 +18,9 @@
 -- lives on for the remaining readers, as long as the last of them.
 local key, wk, rk, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local MARKER = "!readers" -- node.SharedValue; shared.lua uses it
+if ARGV[3] and ARGV[3] ~= "0" then
+  redis.call("SET", key .. ":dead:" .. token, "", "PX", ARGV[3])
+end
 local v = redis.call("GET", key)
 if v ~= MARKER then
   if v ~= MARKER .. ":" .. token then
