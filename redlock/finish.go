@@ -22,17 +22,20 @@ import (
 // Each node has one queue of such releases and at most one goroutine
 // working it, started when the queue fills and ending when it empties:
 // a node that stays down costs one release call per backoff interval,
-// not one goroutine per lock. A release leaves the queue when the node
+// not one goroutine per lock. The interval doubles from finishFirst up
+// to the node's timeout, no further: once the node answers again, its
+// releases are done within about two of its timeouts (the try under
+// way, the wait, the next try), not a TTL; and while its breaker is
+// open no call goes at all. A release leaves the queue when the node
 // answers it (done, or the key is not ours: absent or another token),
 // refuses it for good (node.Permanent), or the key's TTL has ended it
 // anyway. Close lets the queues run for closeGrace more, calling nodes
 // whose breaker is open too, then reports what is left (ErrAbandoned);
 // those keys expire by their TTL.
 const (
-	finishFirst = 20 * time.Millisecond  // first wait before a retry
-	finishMax   = 400 * time.Millisecond // longest wait between retries
-	watchMax    = 2 * time.Second        // longest wait between tries of a watched release
-	finishCap   = 4096                   // releases queued per node; beyond, dropped to the TTL
+	finishFirst = 20 * time.Millisecond // first wait before a retry (the next: finishAgain)
+	watchMax    = 2 * time.Second       // longest wait between tries of a watched release
+	finishCap   = 4096                  // releases queued per node; beyond, dropped to the TTL
 )
 
 // ErrAbandoned is wrapped by Close's error when releases that failed on
@@ -176,7 +179,7 @@ func (c *Client) finishReleases(i int) {
 			// The lock's previous command there (a SET on its way) has
 			// not returned: a release now could overtake it, find
 			// nothing, and leave the SET's key for a TTL.
-			wait = max(finishFirst, min(2*wait, finishMax))
+			wait = c.finishAgain(i, wait)
 			continue
 		}
 
@@ -188,7 +191,7 @@ func (c *Client) finishReleases(i int) {
 		// timeout and the grace, and its outcome is not counted.
 		ok, gen := c.allow(i)
 		if !ok && closing.IsZero() {
-			wait = finishMax
+			wait = c.finishAgain(i, wait)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
@@ -196,17 +199,16 @@ func (c *Client) finishReleases(i int) {
 			res node.Result
 			err error
 		)
-		switch {
-		case r.ch.shared:
-			res, err = nd.(node.Sharer).ReleaseShared(ctx, &r.k, r.announce)
-		case watched >= 0 || r.after != nil && r.after.late:
+		k := r.k
+		if watched >= 0 || r.after != nil && r.after.late {
 			// After a command that may still run (r.after has returned,
-			// see above): a tombstone where the token is not found.
-			k := r.k
+			// see above): a tombstone, whether the token is found or not.
 			k.Tomb = c.tomb(i, r.until)
+		}
+		if r.ch.shared {
+			res, err = nd.(node.Sharer).ReleaseShared(ctx, &k, r.announce)
+		} else {
 			res, err = nd.Release(ctx, &k, r.announce)
-		default:
-			res, err = nd.Release(ctx, &r.k, r.announce)
 		}
 		cancel()
 		if ok {
@@ -219,7 +221,7 @@ func (c *Client) finishReleases(i int) {
 			continue
 		}
 		if err != nil && !node.Permanent(err) {
-			wait = max(finishFirst, min(2*wait, finishMax))
+			wait = c.finishAgain(i, wait)
 			continue
 		}
 		// A refusal for good ends it too; the NodeCall hook has reported
@@ -239,6 +241,12 @@ func (c *Client) finishReleases(i int) {
 		}
 		wait = 0 // the node answers: on to the next at once
 	}
+}
+
+// finishAgain is node i's wait before its next retry after wait: twice
+// as long, from finishFirst up to the node's timeout.
+func (c *Client) finishAgain(i int, wait time.Duration) time.Duration {
+	return max(finishFirst, min(2*wait, c.nodeTimeout(i)))
 }
 
 // rewatch ends watched release r on f, or, with again, schedules its

@@ -94,3 +94,27 @@ func TestRoundTripEstimate(t *testing.T) {
 	silent.late()
 	assert.Equal(t, 2*lo, silent.timeout(lo, hi), "doubling works before any sample too")
 }
+
+// TestFinishBackoffStopsAtTheNodeTimeout: a release that keeps failing
+// is retried after 20 ms, then twice as long each time, but never more
+// than the node's timeout apart, so that it is done within about two
+// timeouts of the node answering again (the release oracle's bound), not
+// after a backoff that grew while the node was away.
+func TestFinishBackoffStopsAtTheNodeTimeout(t *testing.T) {
+	for timeout, want := range map[time.Duration][]time.Duration{
+		50 * time.Millisecond:  {20, 40, 50, 50},
+		200 * time.Millisecond: {20, 40, 80, 160, 200, 200},
+		10 * time.Millisecond:  {20, 20}, // never below the first wait
+	} {
+		c, err := New([]node.Node{&lateNode{}}, WithNodeTimeout(timeout))
+		assert.NoError(t, err)
+		wait := time.Duration(0)
+		var got []time.Duration
+		for range want {
+			wait = c.finishAgain(0, wait)
+			got = append(got, wait/time.Millisecond)
+		}
+		assert.Equal(t, want, got, "node timeout %v (ms)", timeout)
+		assert.NoError(t, c.Close())
+	}
+}
