@@ -386,7 +386,7 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 	got := time.Now()
 	if waits {
 		h.mu.Lock()
-		h.waits = append(h.waits, Wait{Holder: holder, Op: name, Group: group, Start: start, End: got, Served: err == nil, Cancelled: cancelled})
+		h.waits = append(h.waits, Wait{Holder: holder, Op: name, Group: group, Start: start, End: got, Served: err == nil, Cancelled: cancelled, Shared: name == "rlock"})
 		h.mu.Unlock()
 	}
 	if err != nil {
@@ -399,7 +399,7 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 		return
 	}
 	h.mu.Lock()
-	h.grants = append(h.grants, Grant{Holder: holder, Key: l.Key(), Start: start, Got: got})
+	h.grants = append(h.grants, Grant{Holder: holder, Key: l.Key(), Start: start, Got: got, Shared: l.Shared()})
 	h.mu.Unlock()
 	var w *checker.Hold
 	if l.Shared() {

@@ -45,6 +45,9 @@ type Wait struct {
 	// Cancelled marks a wait its caller gave up early on purpose; it is
 	// still checked up to then.
 	Cancelled bool
+	// Shared marks a reader's wait (RLock): only writers' grants keep it
+	// out, so only they count as overtaking it.
+	Shared bool
 }
 
 // Overlaps returns the exclusion violations among ws: overlapping
@@ -84,6 +87,7 @@ type Grant struct {
 	Holder     int
 	Key        string
 	Start, Got time.Time
+	Shared     bool // a read hold
 }
 
 // Starved returns the waits that were overtaken more than bound times:
@@ -92,13 +96,15 @@ type Grant struct {
 // before those that come after it but for a few (a TryLock that finds
 // the key free between two attempts, a handoff within the releaser's
 // client); one passed over without end starves. A bound counts grants,
-// not time, so a slow machine does not make it fail.
+// not time, so a slow machine does not make it fail. A reader that
+// came later and was let in first does not keep a waiting reader out
+// (readers hold together): only writers overtake a reader.
 func Starved(waits []Wait, grants []Grant, bound int) []string {
 	var out []string
 	for _, w := range waits {
 		n := 0
 		for _, g := range grants {
-			if g.Holder != w.Holder && strings.HasPrefix(g.Key, w.Group) &&
+			if g.Holder != w.Holder && strings.HasPrefix(g.Key, w.Group) && !(w.Shared && g.Shared) &&
 				g.Start.After(w.Start) && g.Got.Before(w.End) {
 				n++
 			}

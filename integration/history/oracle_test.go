@@ -78,4 +78,21 @@ func TestStarvedFindsAWaiterOvertakenTooOften(t *testing.T) {
 	if got := history.Starved(waits, grants, 4); len(got) != 0 {
 		t.Fatalf("4 overtakes within a bound of 4 reported: %q", got)
 	}
+
+	// A waiting reader: later readers let in first do not keep it out;
+	// later writers do.
+	reader := []history.Wait{{Holder: 0, Op: "rlock", Group: "rw", Start: at(0), End: at(500), Served: true, Shared: true}}
+	var reads []history.Grant
+	for i := range 4 {
+		reads = append(reads, history.Grant{Holder: 2, Key: "rw", Start: at(10 + 100*i), Got: at(20 + 100*i), Shared: true})
+	}
+	if got := history.Starved(reader, reads, 3); len(got) != 0 {
+		t.Fatalf("a reader overtaken by readers reported: %q", got)
+	}
+	for i := range reads {
+		reads[i].Shared = false
+	}
+	if got := history.Starved(reader, reads, 3); len(got) != 1 {
+		t.Fatalf("want the reader overtaken by 4 writers (bound 3), got %q", got)
+	}
 }
