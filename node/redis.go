@@ -218,6 +218,41 @@ func New(ep Endpoint, opts Options) *Redis {
 	opts = opts.withDefaults()
 	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout, spares: make(chan spare, opts.MaxActive)}
 	r.life, r.stop = context.WithCancel(context.Background())
+	dialOpts, netDial := dialOptions(ep, opts)
+	// The pub/sub connection: the same address, credentials and TLS, no
+	// read timeout of its own (it waits for messages; see subscriber).
+	subOpts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(netDial))
+	r.sub = newSubscriber(func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", r.addr, subOpts...)
+	}, opts.Timeout)
+	r.pool = &redis.Pool{
+		MaxIdle:     opts.MaxIdle,
+		MaxActive:   opts.MaxActive,
+		IdleTimeout: opts.IdleTimeout,
+		Wait:        true,
+		DialContext: r.pooledDial(dialOpts, netDial),
+	}
+	if !opts.Pooled {
+		r.muxConn = r.muxDialer(dialOpts, netDial)
+	}
+	if opts.CheckIdle > 0 {
+		checkIdle := opts.CheckIdle
+		r.pool.TestOnBorrowContext = func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
+			if time.Since(lastUsed) < checkIdle {
+				return nil
+			}
+			return r.checkIdle(ctx, c)
+		}
+	}
+	return r
+}
+
+// netDialer dials a node's TCP (or TLS) connection within ctx.
+type netDialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dialOptions returns redigo's options for a connection to ep, and the
+// dialer of its socket.
+func dialOptions(ep Endpoint, opts Options) ([]redis.DialOption, netDialer) {
 	dialOpts := []redis.DialOption{
 		// A call waits for dialling, the TLS handshake, AUTH and SELECT
 		// within its deadline (see dial), and every read gets the
@@ -248,77 +283,64 @@ func New(ep Endpoint, opts Options) *Redis {
 		// the server name from the address when cfg leaves it empty.
 		netDial = (&tls.Dialer{Config: cfg}).DialContext
 	}
-	// The pub/sub connection: the same address, credentials and TLS, no
-	// read timeout of its own (it waits for messages; see subscriber).
-	subOpts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(netDial))
-	r.sub = newSubscriber(func(ctx context.Context) (redis.Conn, error) {
-		return redis.DialContext(ctx, "tcp", r.addr, subOpts...)
-	}, opts.Timeout)
-	r.pool = &redis.Pool{
-		MaxIdle:     opts.MaxIdle,
-		MaxActive:   opts.MaxActive,
-		IdleTimeout: opts.IdleTimeout,
-		Wait:        true,
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return r.dial(ctx, func(ctx context.Context) (redis.Conn, error) {
-				var lc *lateConn
-				opts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(
-					func(ctx context.Context, network, addr string) (net.Conn, error) {
-						nc, err := netDial(ctx, network, addr)
-						if err != nil {
-							return nil, err
-						}
-						lc = &lateConn{Conn: nc}
-						return lc, nil
-					}))
-				c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
-				if err != nil {
-					return nil, err
-				}
-				r.scripted.Store(false) // perhaps a restarted node: see Acquire
-				lc.ready = true         // AUTH and SELECT done: see lateConn
-				// redigo's connection implements ConnWithTimeout.
-				return &pooledConn{ConnWithTimeout: c.(redis.ConnWithTimeout), nc: lc.Conn}, nil
-			})
-		},
-	}
-	if !opts.Pooled {
-		r.muxConn = func(ctx context.Context) (redis.Conn, net.Conn, error) {
-			var sock *muxSocket
+	return dialOpts, netDial
+}
+
+// pooledDial is the pool's DialContext: a connection whose late replies
+// are read and dropped (lateConn), dialled within the call's deadline.
+func (r *Redis) pooledDial(dialOpts []redis.DialOption, netDial netDialer) func(context.Context) (redis.Conn, error) {
+	return func(ctx context.Context) (redis.Conn, error) {
+		return r.dial(ctx, func(ctx context.Context) (redis.Conn, error) {
+			var lc *lateConn
 			opts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(
 				func(ctx context.Context, network, addr string) (net.Conn, error) {
-					c, err := netDial(ctx, network, addr)
+					nc, err := netDial(ctx, network, addr)
 					if err != nil {
 						return nil, err
 					}
-					sock = &muxSocket{Conn: c}
-					return sock, nil
+					lc = &lateConn{Conn: nc}
+					return lc, nil
 				}))
 			c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			r.scripted.Store(false) // perhaps a restarted node: see Acquire
-			// AUTH and SELECT are done: from now on the mux keeps the
-			// deadlines, and the dial's must not stay.
-			sock.muxed = true
-			if err := sock.Conn.SetDeadline(time.Time{}); err != nil {
-				c.Close()
-				return nil, nil, err
-			}
-			return c, sock.Conn, nil
-		}
+			lc.ready = true         // AUTH and SELECT done: see lateConn
+			// redigo's connection implements ConnWithTimeout.
+			return &pooledConn{ConnWithTimeout: c.(redis.ConnWithTimeout), nc: lc.Conn}, nil
+		})
 	}
-	if opts.CheckIdle > 0 {
-		checkIdle := opts.CheckIdle
-		r.pool.TestOnBorrowContext = func(ctx context.Context, c redis.Conn, lastUsed time.Time) error {
-			if time.Since(lastUsed) < checkIdle {
-				return nil
-			}
-			return r.checkIdle(ctx, c)
+}
+
+// muxDialer dials the shared (multiplexed) connection: after AUTH and
+// SELECT the mux keeps the socket's deadlines.
+func (r *Redis) muxDialer(dialOpts []redis.DialOption, netDial netDialer) func(context.Context) (redis.Conn, net.Conn, error) {
+	return func(ctx context.Context) (redis.Conn, net.Conn, error) {
+		var sock *muxSocket
+		opts := append(dialOpts[:len(dialOpts):len(dialOpts)], redis.DialContextFunc(
+			func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := netDial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				sock = &muxSocket{Conn: c}
+				return sock, nil
+			}))
+		c, err := redis.DialContext(ctx, "tcp", r.addr, opts...)
+		if err != nil {
+			return nil, nil, err
 		}
+		r.scripted.Store(false) // perhaps a restarted node: see Acquire
+		// AUTH and SELECT are done: from now on the mux keeps the
+		// deadlines, and the dial's must not stay.
+		sock.muxed = true
+		if err := sock.Conn.SetDeadline(time.Time{}); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		return c, sock.Conn, nil
 	}
-	return r
 }
 
 // Addr returns host:port.

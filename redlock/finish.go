@@ -108,7 +108,7 @@ func (c *Client) enqueue(i int, r release, watch bool) {
 // are empty, or until closeGrace after Close.
 func (c *Client) finishReleases(i int) {
 	defer c.finishing.Done()
-	f, nd := &c.finish[i], c.nodes[i]
+	f := &c.finish[i]
 	wait := finishFirst
 	var closing time.Time // set when Close is seen
 	done := c.done
@@ -122,125 +122,143 @@ func (c *Client) finishReleases(i int) {
 			done = nil // seen once; the grace starts
 			closing = time.Now().Add(c.closeGrace())
 			wait = finishFirst
-			f.mu.Lock()
-			for j := range f.watched {
-				f.watched[j].next = time.Time{} // one last try each
-			}
-			f.mu.Unlock()
+			f.lastTries()
 		}
 		t.Stop()
-		now := c.clk.Now()
-		f.mu.Lock()
-		f.q = liveOnly(f.q, now)
-		f.watched = liveOnly(f.watched, now)
-		if len(f.q)+len(f.watched) > 0 && !closing.IsZero() && !time.Now().Before(closing) {
-			for _, r := range f.q {
-				if f.abandoned == nil {
-					f.abandoned = make(map[string]int)
-				}
-				if f.abandoned[r.k.Name] == 0 {
-					f.gaveUp = append(f.gaveUp, r.k.Name)
-				}
-				f.abandoned[r.k.Name]++
-			}
-			f.q, f.watched = nil, nil
-		}
-		var (
-			r       release
-			watched = -1 // r's index in f.watched; -1 for q's head
-			soonest time.Time
-		)
+		r, watched, due, more := f.next(c.clk.Now(), closing)
 		switch {
-		case len(f.q) > 0:
-			r = f.q[0]
-		case len(f.watched) > 0:
-			rt := time.Now()
-			for j, w := range f.watched {
-				if !w.next.After(rt) {
-					r, watched = w, j
-					break
-				}
-				if soonest.IsZero() || w.next.Before(soonest) {
-					soonest = w.next
-				}
-			}
-		default:
-			f.running = false
-			f.mu.Unlock()
+		case !more:
 			return
+		case !due.IsZero():
+			wait = max(time.Until(due), time.Millisecond) // only watched releases, none due yet
+		default:
+			wait = c.finishOne(i, f, r, watched, closing, wait)
 		}
-		f.mu.Unlock()
-		if !soonest.IsZero() && watched < 0 {
-			// Only watched releases, none due yet.
-			wait = max(time.Until(soonest), time.Millisecond)
-			continue
-		}
-		if r.after != nil && !r.ch.landed(r.after) {
-			// The lock's previous command there (a SET on its way) has
-			// not returned: a release now could overtake it, find
-			// nothing, and leave the SET's key for a TTL.
-			wait = c.finishAgain(i, wait)
-			continue
-		}
-
-		// The node's breaker decides as for any call: no call while it
-		// is open (the release waits for the node to come back), and a
-		// retry may be the probe. Close's grace is the last chance,
-		// though: then the release goes to a skipped node too (the node
-		// may be back before its cooldown ends), bounded by the node
-		// timeout and the grace, and its outcome is not counted.
-		ok, gen := c.allow(i)
-		if !ok && closing.IsZero() {
-			wait = c.finishAgain(i, wait)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
-		var (
-			res node.Result
-			err error
-		)
-		k := r.k
-		if watched >= 0 || r.after != nil && r.after.late {
-			// After a command that may still run (r.after has returned,
-			// see above): a tombstone, whether the token is found or not.
-			k.Tomb = c.tomb(i, r.until)
-		}
-		if r.ch.shared {
-			res, err = nd.(node.Sharer).ReleaseShared(ctx, &k, r.announce)
-		} else {
-			res, err = nd.Release(ctx, &k, r.announce)
-		}
-		cancel()
-		if ok {
-			c.record(i, gen, err)
-		}
-		c.callDone(i, "release", c.clk.Since(now), err)
-		if watched >= 0 {
-			c.rewatch(f, r, closing.IsZero() && (err == nil && res.Status != node.Done || err != nil && !node.Permanent(err)))
-			wait = 0 // the next due one, or the next wait, at once
-			continue
-		}
-		if err != nil && !node.Permanent(err) {
-			wait = c.finishAgain(i, wait)
-			continue
-		}
-		// A refusal for good ends it too; the NodeCall hook has reported
-		// it. (No log here: a logger may call Close, which waits for this
-		// goroutine.)
-		f.mu.Lock()
-		if len(f.q) > 0 && f.q[0].k == r.k {
-			f.q = f.q[1:]
-		}
-		f.mu.Unlock()
-		if err == nil && r.after != nil && r.after.late {
-			// The lock's previous command there (returned, see above),
-			// or one before it, timed out and may yet set the key:
-			// whatever this release found (our token too: a second
-			// command of it may still come), it is watched.
-			c.enqueue(i, r, true)
-		}
-		wait = 0 // the node answers: on to the next at once
 	}
+}
+
+// lastTries makes every watched release of f due at once: Close gives
+// each one last try.
+func (f *finisher) lastTries() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for j := range f.watched {
+		f.watched[j].next = time.Time{}
+	}
+}
+
+// next drops f's releases whose key has expired by now (on the client's
+// clock), and all of them once Close's grace (closing) has ended, those
+// of q counted as abandoned. It returns the release to send: q's head,
+// else the first watched release that is due (watched: its index in
+// f.watched, -1 for q's head). due, when set, is when the first watched
+// release comes due, none being due now. With more false nothing is
+// left, and the worker ends.
+func (f *finisher) next(now, closing time.Time) (r release, watched int, due time.Time, more bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.q = liveOnly(f.q, now)
+	f.watched = liveOnly(f.watched, now)
+	if len(f.q)+len(f.watched) > 0 && !closing.IsZero() && !time.Now().Before(closing) {
+		for _, r := range f.q {
+			if f.abandoned == nil {
+				f.abandoned = make(map[string]int)
+			}
+			if f.abandoned[r.k.Name] == 0 {
+				f.gaveUp = append(f.gaveUp, r.k.Name)
+			}
+			f.abandoned[r.k.Name]++
+		}
+		f.q, f.watched = nil, nil
+	}
+	switch {
+	case len(f.q) > 0:
+		return f.q[0], -1, time.Time{}, true
+	case len(f.watched) == 0:
+		f.running = false
+		return release{}, -1, time.Time{}, false
+	}
+	rt := time.Now() // watched releases are paced on real time
+	for j, w := range f.watched {
+		if !w.next.After(rt) {
+			return w, j, time.Time{}, true
+		}
+		if due.IsZero() || w.next.Before(due) {
+			due = w.next
+		}
+	}
+	return release{}, -1, due, true
+}
+
+// finishOne sends release r (see finisher.next) to node i, unless it
+// must wait, and returns the wait before the worker's next look: none
+// when the node answered, the retry wait (finishAgain) when it did not
+// or r cannot go yet.
+func (c *Client) finishOne(i int, f *finisher, r release, watched int, closing time.Time, wait time.Duration) time.Duration {
+	if r.after != nil && !r.ch.landed(r.after) {
+		// The lock's previous command there (a SET on its way) has
+		// not returned: a release now could overtake it, find
+		// nothing, and leave the SET's key for a TTL.
+		return c.finishAgain(i, wait)
+	}
+	// The node's breaker decides as for any call: no call while it
+	// is open (the release waits for the node to come back), and a
+	// retry may be the probe. Close's grace is the last chance,
+	// though: then the release goes to a skipped node too (the node
+	// may be back before its cooldown ends), bounded by the node
+	// timeout and the grace, and its outcome is not counted.
+	ok, gen := c.allow(i)
+	if !ok && closing.IsZero() {
+		return c.finishAgain(i, wait)
+	}
+	res, took, err := c.sendRelease(i, r, watched >= 0)
+	if ok {
+		c.record(i, gen, err)
+	}
+	c.callDone(i, "release", took, err)
+	if watched >= 0 {
+		c.rewatch(f, r, closing.IsZero() && (err == nil && res.Status != node.Done || err != nil && !node.Permanent(err)))
+		return 0 // the next due one, or the next wait, at once
+	}
+	if err != nil && !node.Permanent(err) {
+		return c.finishAgain(i, wait)
+	}
+	// A refusal for good ends it too; the NodeCall hook has reported
+	// it. (No log here: a logger may call Close, which waits for this
+	// goroutine.)
+	f.mu.Lock()
+	if len(f.q) > 0 && f.q[0].k == r.k {
+		f.q = f.q[1:]
+	}
+	f.mu.Unlock()
+	if err == nil && r.after != nil && r.after.late {
+		// The lock's previous command there (returned, see above),
+		// or one before it, timed out and may yet set the key:
+		// whatever this release found (our token too: a second
+		// command of it may still come), it is watched.
+		c.enqueue(i, r, true)
+	}
+	return 0 // the node answers: on to the next at once
+}
+
+// sendRelease sends release r to node i, within the node's timeout, and
+// returns its answer and how long it took. A watched release, or one
+// after a command that may still run (r.after has returned, see
+// finishOne), leaves a tombstone, whether it finds the token or not.
+func (c *Client) sendRelease(i int, r release, watched bool) (res node.Result, took time.Duration, err error) {
+	start := c.clk.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), c.nodeTimeout(i))
+	defer cancel()
+	k := r.k
+	if watched || r.after != nil && r.after.late {
+		k.Tomb = c.tomb(i, r.until)
+	}
+	if r.ch.shared {
+		res, err = c.nodes[i].(node.Sharer).ReleaseShared(ctx, &k, r.announce)
+	} else {
+		res, err = c.nodes[i].Release(ctx, &k, r.announce)
+	}
+	return res, c.clk.Since(start), err
 }
 
 // finishAgain is node i's wait before its next retry after wait: twice

@@ -52,135 +52,169 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 // lost (after cancelling the job with lose), and never leaves an extend
 // or a timer running behind it.
 func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc) {
-	clk, p := l.c.clk, l.keep
+	k := &keeper{l: l, p: l.keep}
+	defer k.stop()
+	restored, ok := k.restoreDue(ctx)
+	if !ok {
+		return
+	}
+	k.rearm()
+	if restored == nil {
+		k.firstExtend()
+	}
+	var hold <-chan time.Time // nil: no bound
+	if k.p.maxHold > 0 {
+		h := k.timer(l.taken.Add(k.p.maxHold))
+		defer h.Stop()
+		hold = h.C()
+	}
+	retry := max(2*l.ch.timeout, l.ttl/20)
 	lose := func(cause error) {
 		if h := l.c.cfg.hooks.Lost; h != nil {
 			h(l.k.Name, cause)
 		}
 		cancelJob(cause)
 	}
-	var (
-		ext       <-chan error // the extend in flight; nil when none
-		cancelExt context.CancelFunc
-		lastErr   error // the last failed extend's error
-	)
-	defer func() {
-		if ext != nil {
-			cancelExt()
-			<-ext
-		}
-	}()
-	timer := func(at time.Time) clock.Timer { return clk.NewTimer(at.Sub(clk.Now())) }
-	// A lock a grant made valid for less than its TTL is extended by its
-	// restore (Client.granted), half-way through the grant's validity;
-	// this extends it only if that fails. Where the margin would not
-	// leave the restore time to land, it is sent at once, and the timers
-	// are armed once it has returned, on the validity it restored (one
-	// round, at most the longest node timeout).
-	var restored <-chan struct{} // the restore this waits for; nil: none
-	l.mu.Lock()
-	until, short := l.until, l.short
-	l.mu.Unlock()
-	if short && l.restored != nil {
-		restored = l.restored
-		if until.Add(-p.margin).Before(l.restoreAt.Add(l.ch.maxTimeout)) {
-			select {
-			case l.hurry <- struct{}{}:
-			default:
-			}
-			select {
-			case <-restored:
-				restored = nil
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-	l.mu.Lock()
-	until, from := l.until, l.from
-	l.mu.Unlock()
-	lost := timer(until.Add(-p.margin))
-	defer func() { lost.Stop() }()
-	// Extends come the share of the TTL after the last success, or the
-	// share of what is left, sooner, for a lock valid for less than its
-	// TTL (one a grant made whose restore failed, or one extended by a
-	// shorter TTL); none while a restore is due.
-	var next clock.Timer // nil while a restore is due
-	defer func() {
-		if next != nil {
-			next.Stop()
-		}
-	}()
-	schedule := func(at time.Time) {
-		if next != nil {
-			next.Stop()
-		}
-		next = timer(at)
-	}
-	firstExtend := func() {
-		first := l.ttl
-		if until.Before(clock.Until(from, l.ttl, l.drift)) {
-			first = until.Sub(from)
-		}
-		schedule(from.Add(time.Duration(p.extendAfter * float64(first))))
-	}
-	if restored == nil {
-		firstExtend()
-	}
-	var hold <-chan time.Time // nil: no bound
-	if p.maxHold > 0 {
-		h := timer(l.taken.Add(p.maxHold))
-		defer h.Stop()
-		hold = h.C()
-	}
-	retry := max(2*l.ch.timeout, l.ttl/20)
-
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hold:
-			lose(fmt.Errorf("%w: held for MaxHold %v", ErrLost, p.maxHold))
+			lose(fmt.Errorf("%w: held for MaxHold %v", ErrLost, k.p.maxHold))
 			return
-		case <-lost.C():
-			why := fmt.Errorf("%w: validity ran out without a successful extend", ErrLost)
-			if lastErr != nil {
-				why = &wrapped{msg: why.Error() + " (last extend: " + strings.TrimPrefix(lastErr.Error(), "redlock: ") + ")",
-					errs: []error{why, lastErr}}
-			}
-			lose(why)
+		case <-k.lost.C():
+			lose(k.ranOut())
 			return
 		case <-restored:
 			restored = nil
-			l.mu.Lock()
-			until, from = l.until, l.from
-			l.mu.Unlock()
-			lost.Stop()
-			lost = timer(until.Add(-p.margin))
-			firstExtend()
-		case <-nextC(next):
-			ext, cancelExt = l.extendAsync(ctx)
-		case err := <-ext:
-			ext = nil
-			cancelExt()
+			k.rearm()
+			k.firstExtend()
+		case <-nextC(k.next):
+			k.ext, k.cancelExt = l.extendAsync(ctx)
+		case err := <-k.ext:
+			k.ext = nil
+			k.cancelExt()
 			switch {
 			case err == nil:
-				lastErr = nil
-				l.mu.Lock()
-				until, from = l.until, l.from
-				l.mu.Unlock()
-				lost.Stop()
-				lost = timer(until.Add(-p.margin))
-				schedule(from.Add(time.Duration(p.extendAfter * float64(l.ttl))))
+				k.lastErr = nil
+				k.rearm()
+				k.schedule(k.from.Add(time.Duration(k.p.extendAfter * float64(l.ttl))))
 			case errors.Is(err, ErrNotHeld):
 				lose(wrap("redlock", ErrLost, err))
 				return
 			default:
-				lastErr = err
-				schedule(clk.Now().Add(retry))
+				k.lastErr = err
+				k.schedule(l.c.clk.Now().Add(retry))
 			}
 		}
 	}
+}
+
+// keeper is keepAlive's state: the validity it last read from the lock,
+// the timer of its end (less the margin), the next extend's timer, and
+// the extend in flight.
+type keeper struct {
+	l           *Lock
+	p           keepPolicy
+	until, from time.Time          // the lock's validity, as last read
+	lost        clock.Timer        // at until less the margin
+	next        clock.Timer        // the next extend; nil while a restore is due
+	ext         <-chan error       // the extend in flight; nil when none
+	cancelExt   context.CancelFunc // ends ext
+	lastErr     error              // the last failed extend's error
+}
+
+func (k *keeper) timer(at time.Time) clock.Timer {
+	return k.l.c.clk.NewTimer(at.Sub(k.l.c.clk.Now()))
+}
+
+// stop stops the timers, then ends the extend in flight and waits for
+// it.
+func (k *keeper) stop() {
+	if k.next != nil {
+		k.next.Stop()
+	}
+	if k.lost != nil {
+		k.lost.Stop()
+	}
+	if k.ext != nil {
+		k.cancelExt()
+		<-k.ext
+	}
+}
+
+// restoreDue returns the restore (Client.granted) that keepAlive waits
+// for before it schedules extends; nil: none. A lock a grant made valid
+// for less than its TTL is extended by its restore, half-way through the
+// grant's validity; keepAlive extends it only if that fails. Where the
+// margin would not leave the restore time to land, the restore is sent
+// at once, and waited for here (one round, at most the longest node
+// timeout), so that the timers are armed on the validity it restored.
+// It reports false when ctx ended first.
+func (k *keeper) restoreDue(ctx context.Context) (<-chan struct{}, bool) {
+	l := k.l
+	l.mu.Lock()
+	until, short := l.until, l.short
+	l.mu.Unlock()
+	if !short || l.restored == nil {
+		return nil, true
+	}
+	if !until.Add(-k.p.margin).Before(l.restoreAt.Add(l.ch.maxTimeout)) {
+		return l.restored, true
+	}
+	select {
+	case l.hurry <- struct{}{}:
+	default:
+	}
+	select {
+	case <-l.restored:
+		return nil, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// rearm reads the lock's validity and sets the lost timer to its end,
+// less the margin.
+func (k *keeper) rearm() {
+	k.l.mu.Lock()
+	k.until, k.from = k.l.until, k.l.from
+	k.l.mu.Unlock()
+	if k.lost != nil {
+		k.lost.Stop()
+	}
+	k.lost = k.timer(k.until.Add(-k.p.margin))
+}
+
+// firstExtend schedules the first extend after a (re)start: the share of
+// the TTL after the validity's start, or the share of what the lock was
+// given, sooner, for a lock valid for less than its TTL (one a grant made
+// whose restore failed, or one extended by a shorter TTL).
+func (k *keeper) firstExtend() {
+	first := k.l.ttl
+	if k.until.Before(clock.Until(k.from, k.l.ttl, k.l.drift)) {
+		first = k.until.Sub(k.from)
+	}
+	k.schedule(k.from.Add(time.Duration(k.p.extendAfter * float64(first))))
+}
+
+// schedule sets the next extend for at.
+func (k *keeper) schedule(at time.Time) {
+	if k.next != nil {
+		k.next.Stop()
+	}
+	k.next = k.timer(at)
+}
+
+// ranOut is the cause of a lock whose validity ran out without a
+// successful extend, naming the last failed one's error.
+func (k *keeper) ranOut() error {
+	why := fmt.Errorf("%w: validity ran out without a successful extend", ErrLost)
+	if k.lastErr == nil {
+		return why
+	}
+	return &wrapped{msg: why.Error() + " (last extend: " + strings.TrimPrefix(k.lastErr.Error(), "redlock: ") + ")",
+		errs: []error{why, k.lastErr}}
 }
 
 // nextC is t's channel; nil (never ready) for a nil t.
