@@ -331,22 +331,8 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 func (c *Client) wait(ctx context.Context, key string, cfg *config, giveUp time.Time) (l *Lock, attempts int, err error) {
 	turn := c.join(key)
 	defer func() { c.leave(key, turn, l) }()
-	if turn != nil {
-		var limit <-chan time.Time
-		if !giveUp.IsZero() {
-			t := c.clk.NewTimer(giveUp.Sub(c.clk.Now()))
-			defer t.Stop()
-			limit = t.C()
-		}
-		select {
-		case <-turn:
-		case <-limit:
-			return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
-		case <-ctx.Done():
-			return nil, 0, notStarted("acquire", key, c, ctx, ErrNotAcquired)
-		case <-c.done:
-			return nil, 0, ErrClosed
-		}
+	if err := c.awaitTurn(ctx, turn, giveUp, key); err != nil {
+		return nil, 0, err
 	}
 	return c.retry(ctx, key, cfg, true, giveUp)
 }
@@ -360,201 +346,264 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config, giveUp time.
 // heads key's local queue (queued) also takes the lock when an Unlock of
 // this client hands it over (see handoff.go).
 func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool, giveUp time.Time) (l *Lock, attempt int, err error) {
-	var (
-		w       *watches
-		o       *offer
-		perm    []int8      // per node, as refusals: what its last reply said
-		asked   int         // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
-		ticket  int64       // this call's place in the nodes' queue for key; 0 before it has one
-		grant   string      // the node.Key.Grant this call asks for once it queues (see granted)
-		lost    bool        // a waiting attempt left a node's reply unknown: no grant is counted
-		refused bool        // an attempt failed for a reason a retry may change: this call waited
-		sent    []*inflight // waiting attempts whose commands may still register the call on a node
-		reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
-	)
 	// A key this client had to wait for lately is likely held again: the
 	// call subscribes first and queues from its first attempt (see
 	// hotFor) instead of spending a round on a plain SET to learn that.
 	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
-	hot := queued && c.contended(key)
-	defer func() {
-		if qe, ok := err.(*QuorumError); ok {
-			qe.ch, qe.undo, qe.sent = nil, nil, nil // for undone and leaveWaiters only: the caller's error keeps no attempt alive
-		}
-		if w != nil {
-			w.stop()
-		}
-		c.withdraw(key, o, l)
-		if reg != nil {
-			// Waiting attempts registered this client as a waiter; a
-			// node that set the key dropped the registration itself.
-			// (None when a local holder handed the key over before
-			// this call made a waiting attempt.)
-			c.leaveWaiters(reg, l, sent)
-		}
-		if refused && queued {
-			// Also when a grant or a handoff ended the wait after the
-			// first attempt (attempt is 1 then): a key whose holders
-			// hand it on by grant stays hot.
-			c.waited(key)
-		}
-	}()
+	wt := waiter{c: c, key: key, cfg: cfg, queued: queued, giveUp: giveUp, hot: queued && c.contended(key)}
+	defer func() { wt.end(l, err) }()
 	for attempt = 1; ; attempt++ {
-		if queued && (c.heldHere(key) || c.awaited(o)) {
-			// A lock of this client holds the key, or its Unlock is
-			// handing it to this call, or releasing it and will poke
-			// this call once the release has returned: wait for the
-			// handoff or the poke rather than try the nodes, its
-			// retry delay apart (a delay that ends while awaited
-			// sends nothing), until it is handed over or released.
-			// (A retry delay that ended while the transfer was on its
-			// way sent an attempt that the nodes could only refuse:
-			// about one handoff in seven with eight goroutines and
-			// 1 ms holds.)
-			if o == nil {
-				o = c.offer(key, cfg)
+		if g, waited, err := wt.awaitHandoff(ctx); waited {
+			if g != nil || err != nil {
+				return g, attempt - 1, err
 			}
-			if o != nil {
-				asked++
-				d, again := cfg.retry.Backoff(asked)
-				if !giveUp.IsZero() {
-					d = max(0, min(d, giveUp.Sub(c.clk.Now())))
-				}
-				g, err := c.sleep(ctx, d, nil, o, 0)
-				switch {
-				case g != nil:
-					return g, attempt - 1, nil
-				case err == ErrClosed:
-					return nil, attempt - 1, err
-				case err != nil, !again, !giveUp.IsZero() && !c.clk.Now().Before(giveUp):
-					return nil, attempt - 1, notStarted("acquire", key, c, ctx, ErrNotAcquired)
-				}
-				attempt-- // no attempt made: the loop checks the holder again
-				continue
-			}
+			attempt-- // no attempt made: the loop checks the holder again
+			continue
 		}
-		// Only an attempt after a failed one asks the nodes for the
-		// holder's TTL (by script): the first attempt of a Lock call, and
-		// TryLock's only one, stay one plain SET per node, unless the key
-		// is hot.
-		if hot && w == nil && attempt == 1 {
-			// Subscribed before the first attempt, which queues; only
-			// when this call tries the nodes (not while a lock of this
-			// client will hand the key over).
-			if w, grant = c.watchWaiting(key, cfg, true); w != nil {
-				// Not a wait between attempts: the retry strategy is
-				// not asked (it sees each wait once, numbered from 1).
-				// A subscription confirms in a round trip.
-				_ = w.ready(ctx, c, cfg.timeout()) // an ended ctx or Close ends the attempt
-			}
+		tok, err := wt.prepare(ctx, attempt)
+		if err != nil {
+			return nil, attempt - 1, err
 		}
-		// A fresh token per attempt, not just per Lock call: a late
-		// rollback of a failed attempt then can never delete the keys of
-		// a later one.
-		tok := newToken()
-		if grant != "" {
-			w.expect(c, node.GrantMessage(grant, tok))
-		}
-		w.forget()
-		if reg == nil && (attempt > 1 || hot) {
-			// The first waiting attempt registers the call: not before
-			// the Leaves of the client's call before it have returned.
-			if err := c.afterLeaves(ctx, key, ""); err != nil {
-				if err == ErrClosed {
-					return nil, attempt - 1, err
-				}
-				return nil, attempt - 1, notStarted("acquire", key, c, ctx, ErrNotAcquired)
-			}
-			reg = c.register(key, "", grant, cfg.shared)
-		}
-		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || hot, ticket, grant, tok)
+		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || wt.hot, wt.ticket, wt.grant, tok)
 		switch {
 		case err != nil:
 			return nil, attempt, err
 		case qe == nil:
 			return l, attempt, nil
 		}
-		qe.Attempts = attempt
-		if qe.sent != nil {
-			sent = append(pending(sent), qe.sent)
-		}
-		lost = lost || qe.lost
-		sent := ticket
-		if qe.queued {
-			// Only a round that queued the call on a majority gives a
-			// ticket worth keeping: any call that queues later meets
-			// that majority on some node, whose counter has reached
-			// it, and gets a larger one. A ticket from a minority (a
-			// node whose counter lags, the others silent) could put
-			// this call ahead of one already queued on a majority.
-			ticket = max(ticket, qe.ticket)
-		}
-		perm = mergeRefusals(perm, qe.perm)
-		if qe.ctxErr != nil || c.hopeless(perm) {
+		prev, stop := wt.failed(qe, attempt)
+		if stop {
 			return nil, attempt, qe
 		}
-		refused = true
-		asked++
-		d, again := cfg.retry.Backoff(asked)
-		if !giveUp.IsZero() {
-			left := giveUp.Sub(c.clk.Now())
-			again = again && left > 0
-			d = min(d, left)
-		}
-		if !again {
-			return nil, attempt, qe
-		}
-		if attempt == 1 {
-			if queued && o == nil {
-				o = c.offer(key, cfg)
-			}
-			if w == nil {
-				if w, grant = c.watchWaiting(key, cfg, queued); w != nil {
-					err = w.ready(ctx, c, d)
-					if err == nil {
-						continue
-					}
-				}
-			}
-		}
-		if err == nil && qe.split && ticket != sent {
-			// The nodes gave this call different tickets (a node's
-			// counter had started over): queue again at once with the
-			// largest, so that every node orders the waiters alike.
-			continue
-		}
-		if err == nil {
-			if qe.queued && w.listening(c.quorum) {
-				// Queued on a majority, and heard by a majority: the
-				// release that reserves the key for this call names
-				// it, and wakes no one else. Wake for that, or to
-				// renew the place in the queue before its lease ends.
-				d = queuePoll
-				if !giveUp.IsZero() {
-					d = min(d, max(0, giveUp.Sub(c.clk.Now())))
-				}
-			}
-			if qe.freeIn > 0 {
-				d = min(d, qe.freeIn)
-			}
-			var g *Lock
-			if g, err = c.sleep(ctx, d, w, o, c.spread()); g != nil {
-				return g, attempt, nil
-			}
-			if err == nil && !lost && qe.undone() && w.grantedBy(c.quorum) {
-				if g = c.granted(key, cfg, grant, ticket, qe.started); g != nil {
-					return g, attempt, nil
-				}
-			}
-		}
-		if err != nil {
-			if err == ErrClosed {
-				return nil, attempt, err
-			}
-			qe.setContext(ctx)
-			return nil, attempt, qe
+		if g, err := wt.pause(ctx, qe, attempt, prev); g != nil || err != nil {
+			return g, attempt, err
 		}
 	}
+}
+
+// waiter is one retry call's state across its attempts.
+type waiter struct {
+	c      *Client
+	key    string
+	cfg    *config
+	queued bool      // Lock: the call heads key's local queue, and queues on the nodes
+	giveUp time.Time // WithMaxWait's limit, on the client's clock; zero: none
+	hot    bool      // the key was contended lately: subscribe and queue from the first attempt
+
+	w       *watches
+	o       *offer
+	perm    []int8      // per node, as refusals: what its last reply said
+	asked   int         // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
+	ticket  int64       // this call's place in the nodes' queue for key; 0 before it has one
+	grant   string      // the node.Key.Grant this call asks for once it queues (see granted)
+	lost    bool        // a waiting attempt left a node's reply unknown: no grant is counted
+	refused bool        // an attempt failed for a reason a retry may change: this call waited
+	sent    []*inflight // waiting attempts whose commands may still register the call on a node
+	reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
+}
+
+// end is retry's last step, whatever ended it: l the lock it returns,
+// err its error.
+func (wt *waiter) end(l *Lock, err error) {
+	c := wt.c
+	if qe, ok := err.(*QuorumError); ok {
+		qe.ch, qe.undo, qe.sent = nil, nil, nil // for undone and leaveWaiters only: the caller's error keeps no attempt alive
+	}
+	if wt.w != nil {
+		wt.w.stop()
+	}
+	c.withdraw(wt.key, wt.o, l)
+	if wt.reg != nil {
+		// Waiting attempts registered this client as a waiter; a
+		// node that set the key dropped the registration itself.
+		// (None when a local holder handed the key over before
+		// this call made a waiting attempt.)
+		c.leaveWaiters(wt.reg, l, wt.sent)
+	}
+	if wt.refused && wt.queued {
+		// Also when a grant or a handoff ended the wait after the
+		// first attempt (attempt is 1 then): a key whose holders
+		// hand it on by grant stays hot.
+		c.waited(wt.key)
+	}
+}
+
+// awaitHandoff waits, instead of trying the nodes, while a lock of this
+// client holds the key, or its Unlock is handing it to this call, or
+// releasing it and will poke this call once the release has returned:
+// for the handoff or the poke, its retry delay apart (a delay that ends
+// while awaited sends nothing). (A retry delay that ended while the
+// transfer was on its way sent an attempt that the nodes could only
+// refuse: about one handoff in seven with eight goroutines and 1 ms
+// holds.) waited is false when the call should try the nodes; with it,
+// the lock handed over, or the error that ends the call, or neither:
+// look again.
+func (wt *waiter) awaitHandoff(ctx context.Context) (g *Lock, waited bool, err error) {
+	c := wt.c
+	if !wt.queued || !c.heldHere(wt.key) && !c.awaited(wt.o) {
+		return nil, false, nil
+	}
+	if wt.o == nil {
+		wt.o = c.offer(wt.key, wt.cfg)
+	}
+	if wt.o == nil {
+		return nil, false, nil
+	}
+	wt.asked++
+	d, again := wt.cfg.retry.Backoff(wt.asked)
+	if !wt.giveUp.IsZero() {
+		d = max(0, min(d, wt.giveUp.Sub(c.clk.Now())))
+	}
+	g, err = c.sleep(ctx, d, nil, wt.o, 0)
+	switch {
+	case g != nil:
+		return g, true, nil
+	case err == ErrClosed:
+		return nil, true, err
+	case err != nil, !again, !wt.giveUp.IsZero() && !c.clk.Now().Before(wt.giveUp):
+		return nil, true, notStarted("acquire", wt.key, c, ctx, ErrNotAcquired)
+	}
+	return nil, true, nil
+}
+
+// prepare readies attempt number attempt and returns its token: fresh
+// per attempt, not just per Lock call, so that a late rollback of a
+// failed attempt can never delete the keys of a later one. A hot key's
+// call subscribes before its first attempt; the first waiting attempt
+// registers the call, once the Leaves of the client's call before it
+// have returned. Only an attempt after a failed one asks the nodes for
+// the holder's TTL (by script): the first attempt of a Lock call, and
+// TryLock's only one, stay one plain SET per node, unless the key is
+// hot.
+func (wt *waiter) prepare(ctx context.Context, attempt int) (string, error) {
+	c := wt.c
+	if wt.hot && wt.w == nil && attempt == 1 {
+		// Subscribed before the first attempt, which queues; only
+		// when this call tries the nodes (not while a lock of this
+		// client will hand the key over).
+		if wt.w, wt.grant = c.watchWaiting(wt.key, wt.cfg, true); wt.w != nil {
+			// Not a wait between attempts: the retry strategy is
+			// not asked (it sees each wait once, numbered from 1).
+			// A subscription confirms in a round trip.
+			_ = wt.w.ready(ctx, c, wt.cfg.timeout()) // an ended ctx or Close ends the attempt
+		}
+	}
+	tok := newToken()
+	if wt.grant != "" {
+		wt.w.expect(c, node.GrantMessage(wt.grant, tok))
+	}
+	wt.w.forget()
+	if wt.reg == nil && (attempt > 1 || wt.hot) {
+		if err := c.afterLeaves(ctx, wt.key, ""); err != nil {
+			if err == ErrClosed {
+				return "", err
+			}
+			return "", notStarted("acquire", wt.key, c, ctx, ErrNotAcquired)
+		}
+		wt.reg = c.register(wt.key, "", wt.grant, wt.cfg.shared)
+	}
+	return tok, nil
+}
+
+// failed takes in failed attempt number attempt (its error qe): its
+// commands that may still register the call, its ticket, its refusals.
+// It returns the ticket the call had before it, and stop when no retry
+// can help: ctx ended, or the refusals put a majority out of reach.
+func (wt *waiter) failed(qe *QuorumError, attempt int) (prev int64, stop bool) {
+	qe.Attempts = attempt
+	if qe.sent != nil {
+		wt.sent = append(pending(wt.sent), qe.sent)
+	}
+	wt.lost = wt.lost || qe.lost
+	prev = wt.ticket
+	if qe.queued {
+		// Only a round that queued the call on a majority gives a
+		// ticket worth keeping: any call that queues later meets
+		// that majority on some node, whose counter has reached
+		// it, and gets a larger one. A ticket from a minority (a
+		// node whose counter lags, the others silent) could put
+		// this call ahead of one already queued on a majority.
+		wt.ticket = max(wt.ticket, qe.ticket)
+	}
+	wt.perm = mergeRefusals(wt.perm, qe.perm)
+	if qe.ctxErr != nil || wt.c.hopeless(wt.perm) {
+		return prev, true
+	}
+	wt.refused = true
+	return prev, false
+}
+
+// pause is the wait after failed attempt number attempt (its error qe;
+// prev the ticket before it). After the first failure it subscribes to
+// the key's releases and, once subscribed, tries once more at once (a
+// release in between is not missed); later waits end at the first
+// release notification, at the moment the holder's keys expire on a
+// majority, or after the retry delay, whichever comes first. It returns
+// the lock a handoff or a grant brought meanwhile, or the error that
+// ends the call, or neither: attempt again.
+func (wt *waiter) pause(ctx context.Context, qe *QuorumError, attempt int, prev int64) (*Lock, error) {
+	c, cfg := wt.c, wt.cfg
+	wt.asked++
+	d, again := cfg.retry.Backoff(wt.asked)
+	if !wt.giveUp.IsZero() {
+		left := wt.giveUp.Sub(c.clk.Now())
+		again = again && left > 0
+		d = min(d, left)
+	}
+	if !again {
+		return nil, qe
+	}
+	var err error
+	if attempt == 1 {
+		if wt.queued && wt.o == nil {
+			wt.o = c.offer(wt.key, cfg)
+		}
+		if wt.w == nil {
+			if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, wt.queued); wt.w != nil {
+				if err = wt.w.ready(ctx, c, d); err == nil {
+					return nil, nil
+				}
+			}
+		}
+	}
+	if err == nil && qe.split && wt.ticket != prev {
+		// The nodes gave this call different tickets (a node's
+		// counter had started over): queue again at once with the
+		// largest, so that every node orders the waiters alike.
+		return nil, nil
+	}
+	if err == nil {
+		if qe.queued && wt.w.listening(c.quorum) {
+			// Queued on a majority, and heard by a majority: the
+			// release that reserves the key for this call names
+			// it, and wakes no one else. Wake for that, or to
+			// renew the place in the queue before its lease ends.
+			d = queuePoll
+			if !wt.giveUp.IsZero() {
+				d = min(d, max(0, wt.giveUp.Sub(c.clk.Now())))
+			}
+		}
+		if qe.freeIn > 0 {
+			d = min(d, qe.freeIn)
+		}
+		var g *Lock
+		if g, err = c.sleep(ctx, d, wt.w, wt.o, c.spread()); g != nil {
+			return g, nil
+		}
+		if err == nil && !wt.lost && qe.undone() && wt.w.grantedBy(c.quorum) {
+			if g = c.granted(wt.key, cfg, wt.grant, wt.ticket, qe.started); g != nil {
+				return g, nil
+			}
+		}
+	}
+	if err != nil {
+		if err == ErrClosed {
+			return nil, err
+		}
+		qe.setContext(ctx)
+		return nil, qe
+	}
+	return nil, nil
 }
 
 // unsent reports whether err says a node call was never sent (its
@@ -901,17 +950,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		// A fresh token per attempt (see Client.retry).
 		token = newToken()
 	}
-	k := node.NewKey(key, token)
-	k.Owner = c.tag
-	if cfg.shared {
-		k = node.NewSharedKey(key, k.Token)
-		k.Owner = c.rtag
-	}
-	k.Ticket, k.Grant = ticket, grant
-	if cfg.queue != "" {
-		k = k.InQueue(cfg.queue)
-	}
-	l := newLock(c, k, cfg)
+	l := newLock(c, c.attemptKey(key, token, cfg, ticket, grant), cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
@@ -928,6 +967,34 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		c.rollback(ctx, l, r, 0)
 		return nil, qe
 	}
+	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
+}
+
+// attemptKey is the node.Key of an attempt on key with token: this
+// client's tag as its owner (its readers' tag for a read hold), ticket
+// and grant, in cfg's queue when it has one.
+func (c *Client) attemptKey(key, token string, cfg *config, ticket int64, grant string) node.Key {
+	k := node.NewKey(key, token)
+	k.Owner = c.tag
+	if cfg.shared {
+		k = node.NewSharedKey(key, k.Token)
+		k.Owner = c.rtag
+	}
+	k.Ticket, k.Grant = ticket, grant
+	if cfg.queue != "" {
+		k = k.InQueue(cfg.queue)
+	}
+	return k
+}
+
+// refused ends an attempt whose round r did not take l: it rolls r back
+// (queueing the client again where a waiting attempt set the key) and
+// returns the error the retry loop reads, with r's replies, validity as
+// the round measured it, and for a waiting attempt its ticket, the
+// commands that may still register the call, and how long until the
+// holder's keys expire.
+func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *QuorumError {
+	key := l.k.Name
 	requeue := int64(0)
 	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
 		// Nodes where this waiting attempt set the key (it was free and
@@ -978,7 +1045,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		qe.ch = &l.ch
 		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail}
 	}
-	return nil, qe
+	return qe
 }
 
 // confirm is a fenced acquire's second round, after a majority granted in

@@ -131,180 +131,207 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	}
 	cfg.local, cfg.queue = s.local, s.queue
 	start := c.clk.Now()
-	var giveUp time.Time
+	sw := semWait{s: s, cfg: &cfg}
 	if cfg.maxWait > 0 {
-		giveUp = start.Add(cfg.maxWait)
+		sw.giveUp = start.Add(cfg.maxWait)
 	}
-	rounds := 0
-	defer func() { s.report(l, start, rounds, err) }()
-
+	defer func() { s.report(l, start, sw.rounds, err) }()
 	turn := c.join(s.local)
 	defer c.leave(s.local, turn, nil)
-	if turn != nil {
-		var limit <-chan time.Time
-		if !giveUp.IsZero() {
-			t := c.clk.NewTimer(giveUp.Sub(start))
-			defer t.Stop()
-			limit = t.C()
-		}
-		select {
-		case <-turn:
-		case <-limit:
-			return nil, notStarted("acquire", s.slots[0], c, ctx, ErrNotAcquired)
-		case <-ctx.Done():
-			return nil, notStarted("acquire", s.slots[0], c, ctx, ErrNotAcquired)
-		case <-c.done:
-			return nil, ErrClosed
-		}
+	if err := c.awaitTurn(ctx, turn, sw.giveUp, s.slots[0]); err != nil {
+		return nil, err
 	}
-
-	var (
-		w     *watches
-		o     *offer
-		hint  []int // the slots released since the last round: tried alone
-		heard []int // slots heard released and not tried: the next head's to try
-		round int   // rounds that found every slot held, this call's and those of the heads whose watches it took
-		own   int   // this call's rounds
-		qe    *QuorumError
-		p     *place // its place in the nodes' queue; nil: its rounds do not queue (yet)
-	)
-	defer func() {
-		c.withdraw(s.local, o, l)
-		passed := false
-		if w != nil {
-			w.rebuffer(heard)
-			if passed = c.passOn(s.local, w, round, p, func() { s.leave(p) }); !passed {
-				w.stop()
-			}
-		}
-		if p != nil && p.tried && !passed {
-			// No waiter of this client takes over its place in the
-			// line (and the reservations announced to it).
-			s.leave(p)
-		}
-	}()
+	defer func() { sw.end(l) }()
 	// Ready for a slot that an Unlock of this client hands over from the
 	// start: while a round tries the slots one by one, this client's
 	// holders' Unlocks hand theirs here instead of releasing them to
 	// every client's waiters.
-	o = c.offer(s.local, &cfg)
-	// The previous head's subscriptions, if it left them: every slot was
-	// held at its last round, and any release since is buffered in them,
-	// so with none this call need not try every slot (a new head after
-	// every handoff would otherwise try them all in vain). Where the
-	// nodes keep the line, it makes one waiting attempt, at a random
-	// slot, which queues the client again (the previous head left the
-	// line when it got its slot); elsewhere it waits at once.
-	tryNow, subscribed := true, false
-	if w, round, p = c.takeOver(s.local); w != nil {
-		subscribed = true
-		hint = w.pending()
-		listening := w.listeningEach(len(s.slots), c.quorum)
-		switch {
-		case c.handoff:
-			// The previous head's place in the line, if it had one
-			// (registered under the client's tag): this call waits
-			// there, and leaves it when it ends (its attempts still on
-			// their way included).
-			if p == nil {
-				p = &place{}
-			}
-			if hint == nil && listening {
-				hint = []int{rand.IntN(s.permits)}
-			}
-		default:
-			tryNow = hint != nil || !listening
-		}
-	}
+	sw.o = c.offer(s.local, &cfg)
+	tryNow := sw.inherit()
 	for {
 		poked := false
 		if tryNow {
-			w.forgetSlots(hint)
-			l, n, pk, err := s.try(ctx, &cfg, hint, o, p)
-			rounds += n
-			if l != nil && hint != nil {
-				heard = append(heard, hint[min(n, len(hint)):]...)
-			}
-			var ok bool
-			qe, ok = err.(*QuorumError)
-			if err == nil || !ok || qe.ctxErr != nil {
+			var done bool
+			if l, poked, done, err = sw.tryRound(ctx); done {
 				return l, err
-			}
-			qe.Attempts = rounds
-			round++
-			own++
-			poked = pk
-			if p == nil {
-				p = &place{} // every slot is held: the next rounds queue
 			}
 		}
 		tryNow = true
-		// The delay grows with every round since every slot was last
-		// seen free (the earlier heads' too); whether to go on is this
-		// call's RetryStrategy's answer for its own rounds, and a call
-		// makes at least one.
-		d, ok := cfg.retry.Backoff(max(round, 1))
-		dOwn, again := cfg.retry.Backoff(max(own, 1))
-		if !ok {
-			d = dOwn // the inherited count is past the strategy's end
-		}
-		// Queued on a majority, and heard there: a release that
-		// reserves a slot for this client names it, and one that frees
-		// a slot with no head to reserve it for (every waiter in line
-		// has one on its way) is heard too. It wakes for those,
-		// or to renew its place before its lease ends; a local release
-		// (a poke) says nothing more.
-		named := p != nil && p.queued && w.listeningEach(len(s.slots), c.quorum)
-		if named {
-			d = queuePoll
-		}
-		if !giveUp.IsZero() {
-			left := giveUp.Sub(c.clk.Now())
-			again = again && left > 0
-			d = min(d, left)
-		}
+		d, named, again := sw.delay()
 		if !again {
-			if own == 0 {
+			if sw.own == 0 {
 				continue
 			}
-			return nil, s.ended(qe, ctx, nil)
+			return nil, s.ended(sw.qe, ctx, nil)
 		}
 		if poked && !named {
 			// A slot of this client was released during the round,
 			// perhaps after the round had tried it: again at once.
-			hint = nil
+			sw.hint = nil
 			continue
 		}
-		if w == nil && !subscribed {
-			subscribed = true
+		if sw.w == nil && !sw.subscribed {
+			sw.subscribed = true
 			// Every slot is held: subscribed on every slot, try
 			// once more at once (a release between the round and the
 			// subscription is not missed).
-			if w = s.watch(); w != nil {
-				if err := w.ready(ctx, c, d); err != nil {
-					return nil, s.ended(qe, ctx, err)
+			if sw.w = s.watch(); sw.w != nil {
+				if err := sw.w.ready(ctx, c, d); err != nil {
+					return nil, s.ended(sw.qe, ctx, err)
 				}
-				hint = nil
+				sw.hint = nil
 				continue
 			}
 		}
-		var g *Lock
-		var dropped []int
-		var err error
-		hint, dropped, g, err = w.anyReleased(ctx, c, d, o, !named)
-		if g != nil {
-			heard = append(heard, dropped...)
-			return g, nil
+		if g, err := sw.sleep(ctx, d, named); g != nil || err != nil {
+			return g, err
 		}
-		if err != nil {
-			heard = append(heard, dropped...)
-			return nil, s.ended(qe, ctx, err)
+	}
+}
+
+// semWait is one Semaphore.Acquire call's state across its rounds.
+type semWait struct {
+	s      *Semaphore
+	cfg    *config
+	giveUp time.Time // WithMaxWait's limit, on the client's clock; zero: none
+
+	w          *watches
+	o          *offer
+	subscribed bool         // w was made or inherited (nil: no watches to be had)
+	hint       []int        // the slots released since the last round: tried alone
+	heard      []int        // slots heard released and not tried: the next head's to try
+	round      int          // rounds that found every slot held, this call's and those of the heads whose watches it took
+	own        int          // this call's rounds that found every slot held
+	rounds     int          // the attempts of this call's rounds, for the Acquire hook
+	qe         *QuorumError // the last round's
+	p          *place       // its place in the nodes' queue; nil: its rounds do not queue (yet)
+}
+
+// inherit takes the previous head's subscriptions, if it left them
+// (takeOver): every slot was held at its last round, and any release
+// since is buffered in them, so with none this call need not try every
+// slot (a new head after every handoff would otherwise try them all in
+// vain). Where the nodes keep the line, it makes one waiting attempt, at
+// a random slot, which queues the client again (the previous head left
+// the line when it got its slot); elsewhere it waits at once. It reports
+// whether to try the slots before the first wait.
+func (sw *semWait) inherit() bool {
+	s, c := sw.s, sw.s.c
+	if sw.w, sw.round, sw.p = c.takeOver(s.local); sw.w == nil {
+		return true
+	}
+	sw.subscribed = true
+	sw.hint = sw.w.pending()
+	listening := sw.w.listeningEach(len(s.slots), c.quorum)
+	if !c.handoff {
+		return sw.hint != nil || !listening
+	}
+	// The previous head's place in the line, if it had one
+	// (registered under the client's tag): this call waits there, and
+	// leaves it when it ends (its attempts still on their way
+	// included).
+	if sw.p == nil {
+		sw.p = &place{}
+	}
+	if sw.hint == nil && listening {
+		sw.hint = []int{rand.IntN(s.permits)}
+	}
+	return true
+}
+
+// tryRound makes one round over the slots (Semaphore.try, sw.hint
+// first). With done the call ends, with the lock or the error (other
+// than every slot held; ctx ended). Otherwise every slot was held, and
+// poked says a slot of this client was released during the round.
+func (sw *semWait) tryRound(ctx context.Context) (l *Lock, poked, done bool, err error) {
+	s := sw.s
+	sw.w.forgetSlots(sw.hint)
+	l, n, poked, err := s.try(ctx, sw.cfg, sw.hint, sw.o, sw.p)
+	sw.rounds += n
+	if l != nil && sw.hint != nil {
+		sw.heard = append(sw.heard, sw.hint[min(n, len(sw.hint)):]...)
+	}
+	qe, ok := err.(*QuorumError)
+	if err == nil || !ok || qe.ctxErr != nil {
+		return l, false, true, err
+	}
+	sw.qe = qe
+	qe.Attempts = sw.rounds
+	sw.round++
+	sw.own++
+	if sw.p == nil {
+		sw.p = &place{} // every slot is held: the next rounds queue
+	}
+	return nil, poked, false, nil
+}
+
+// delay is the wait after a round that found every slot held. It grows
+// with every round since every slot was last seen free (the earlier
+// heads' too); whether to go on (again) is this call's RetryStrategy's
+// answer for its own rounds, and WithMaxWait's. Queued on a majority,
+// and heard there (named): a release that reserves a slot for this
+// client names it, and one that frees a slot with no head to reserve it
+// for (every waiter in line has one on its way) is heard too. It wakes
+// for those, or to renew its place before its lease ends; a local
+// release (a poke) says nothing more.
+func (sw *semWait) delay() (d time.Duration, named, again bool) {
+	c, retry := sw.s.c, sw.cfg.retry
+	d, ok := retry.Backoff(max(sw.round, 1))
+	dOwn, again := retry.Backoff(max(sw.own, 1))
+	if !ok {
+		d = dOwn // the inherited count is past the strategy's end
+	}
+	named = sw.p != nil && sw.p.queued && sw.w.listeningEach(len(sw.s.slots), c.quorum)
+	if named {
+		d = queuePoll
+	}
+	if !sw.giveUp.IsZero() {
+		left := sw.giveUp.Sub(c.clk.Now())
+		again = again && left > 0
+		d = min(d, left)
+	}
+	return d, named, again
+}
+
+// sleep waits up to d for a slot released (watches.anyReleased; with
+// named, a release heard by name only) or handed over. It returns the
+// lock handed over, or the error that ends the call, or neither: the
+// slots heard released are the next round's hint.
+func (sw *semWait) sleep(ctx context.Context, d time.Duration, named bool) (*Lock, error) {
+	hint, dropped, g, err := sw.w.anyReleased(ctx, sw.s.c, d, sw.o, !named)
+	sw.hint = hint
+	switch {
+	case g != nil:
+		sw.heard = append(sw.heard, dropped...)
+		return g, nil
+	case err != nil:
+		sw.heard = append(sw.heard, dropped...)
+		return nil, sw.s.ended(sw.qe, ctx, err)
+	case dropped != nil:
+		sw.hint = append(sw.hint, dropped...)
+		slices.Sort(sw.hint)
+		sw.hint = slices.Compact(sw.hint)
+	}
+	return nil, nil
+}
+
+// end is Acquire's last step once its turn came, l the lock it returns:
+// it withdraws its offer, and passes its subscriptions and place in the
+// line to the client's next waiter, or stops and leaves them.
+func (sw *semWait) end(l *Lock) {
+	s, c, p := sw.s, sw.s.c, sw.p
+	c.withdraw(s.local, sw.o, l)
+	passed := false
+	if sw.w != nil {
+		sw.w.rebuffer(sw.heard)
+		if passed = c.passOn(s.local, sw.w, sw.round, p, func() { s.leave(p) }); !passed {
+			sw.w.stop()
 		}
-		if dropped != nil {
-			hint = append(hint, dropped...)
-			slices.Sort(hint)
-			hint = slices.Compact(hint)
-		}
+	}
+	if p != nil && p.tried && !passed {
+		// No waiter of this client takes over its place in the
+		// line (and the reservations announced to it).
+		s.leave(p)
 	}
 }
 

@@ -99,6 +99,31 @@ func (c *Client) join(key string) (turn chan struct{}) {
 	return turn
 }
 
+// awaitTurn waits for turn (from join; nil: the call is the head
+// already) until it comes, giveUp passes (zero: no limit), ctx ends or
+// the client closes: ErrClosed, or an error naming key that wraps
+// ErrNotAcquired and ctx's error if it ended.
+func (c *Client) awaitTurn(ctx context.Context, turn chan struct{}, giveUp time.Time, key string) error {
+	if turn == nil {
+		return nil
+	}
+	var limit <-chan time.Time
+	if !giveUp.IsZero() {
+		t := c.clk.NewTimer(giveUp.Sub(c.clk.Now()))
+		defer t.Stop()
+		limit = t.C()
+	}
+	select {
+	case <-turn:
+		return nil
+	case <-limit:
+	case <-ctx.Done():
+	case <-c.done:
+		return ErrClosed
+	}
+	return notStarted("acquire", key, c, ctx, ErrNotAcquired)
+}
+
 // leave takes the Lock call whose turn is turn out of key's queue; l is
 // the lock it returns (nil: none), which the next head then waits for.
 func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
