@@ -82,7 +82,7 @@ type Client struct {
 	owed    []owedLeave              // guarded by qmu: Leaves sent again until their debt ends, and by Close (see owe)
 	reowing bool                     // guarded by qmu: resend is running
 	live    map[*node.Key]bool       // guarded by qmu: the registrations of waiting calls (see register)
-	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see afterLeaves)
+	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see registerAfterLeaves)
 	touched map[string]touched       // guarded by qmu: per queue, where a call of this client registered lately (see sweep)
 	byGrant map[*Lock]bool           // guarded by qmu: locks taken by grants, until unlocked or expired (see sweep)
 	// finish has one queue per node of releases that failed for a reason
@@ -494,13 +494,14 @@ func (wt *waiter) prepare(ctx context.Context, attempt int) (string, error) {
 	}
 	wt.w.forget()
 	if wt.reg == nil && (attempt > 1 || wt.hot) {
-		if err := c.afterLeaves(ctx, wt.key, ""); err != nil {
-			if err == ErrClosed {
-				return "", err
-			}
+		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, wt.cfg.shared)
+		switch {
+		case err == ErrClosed:
+			return "", err
+		case err != nil:
 			return "", notStarted("acquire", wt.key, c, ctx, ErrNotAcquired)
 		}
-		wt.reg = c.register(wt.key, "", wt.grant, wt.cfg.shared)
+		wt.reg = reg
 	}
 	return tok, nil
 }

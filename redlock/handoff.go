@@ -399,15 +399,20 @@ func (c *Client) resend() {
 }
 
 // resendDue sends the owed Leaves whose time has come, in parallel, each
-// within its node's timeout. A debt without a grant ends early where a
+// within its node's timeout. A debt without a grant is not sent while a
 // waiting call of this client is registered in that queue again: the
 // nodes know such a waiter by its client's tag, so the entry is that
-// call's now, which leaves it when it ends. A debt with a grant goes on:
+// call's, which leaves it when it ends. The debt is kept for after that
+// Leave, though, until its own end: the late command it is owed for can
+// still register the client once the later call has left (a torture
+// trace: the debt ended, the late command came after the later call's
+// Leave, and a release reserved the key for a client with no waiter, for
+// a lease). A debt with a grant goes on:
 // a late command of its call can still turn the entry back into its own
 // (and a release then grant the key to it), and leave.lua acts on that
 // call's entry and grant only, never on the registered call's. While
 // they are on their way the key's next call waits for them before it
-// registers (afterLeaves), as for a call's own Leaves.
+// registers (registerAfterLeaves), as for a call's own Leaves.
 func (c *Client) resendDue() {
 	now := c.clk.Now()
 	left := make(chan struct{})
@@ -420,7 +425,9 @@ func (c *Client) resendDue() {
 			continue
 		}
 		if o.k.Grant == "" && c.registered(&o.k) {
-			o.until = now // the registered call's
+			// The entry is that call's now: not sent while it is
+			// registered, but kept for after it has left.
+			o.next = now.Add(o.wait)
 			continue
 		}
 		lk := leavingKey(o.k.Name, o.k.Queue)
@@ -477,14 +484,19 @@ func (c *Client) register(key, queue, grant string, shared bool) *node.Key {
 	if !c.handoff {
 		return nil
 	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.registerLocked(key, queue, grant, shared)
+}
+
+// registerLocked is register under c.qmu.
+func (c *Client) registerLocked(key, queue, grant string, shared bool) *node.Key {
 	k := &node.Key{Name: key, Owner: c.tag, Queue: queue, Grant: grant}
 	if shared {
 		k.Owner = c.rtag
 	}
-	c.qmu.Lock()
 	c.live[k] = true
 	c.touch(k)
-	c.qmu.Unlock()
 	return k
 }
 
@@ -592,28 +604,37 @@ func (c *Client) sweep() []owedLeave {
 // leavingKey names a key's queue in Client.leaving.
 func leavingKey(key, queue string) string { return key + "\x00" + queue }
 
-// afterLeaves waits until the Leaves that an earlier call of this client
-// sent for key's queue (queue "": its own) have returned, before a call
-// registers there: the nodes know a waiter by its client's tag, and a
-// Leave that came after the next call's registration would take that
+// registerAfterLeaves registers a waiting call in key's own queue (see
+// register) once the Leaves that an earlier call of this client sent
+// there have returned: the nodes know a waiter by its client's tag, and
+// a Leave that came after the next call's registration would take that
 // call's entry out (and hand a key reserved for the client on). Leaves
 // of one key go one call after another, as the calls do (the key's
-// local queue). It returns ctx's error or ErrClosed if either ends the
-// wait first.
-func (c *Client) afterLeaves(ctx context.Context, key, queue string) error {
-	c.qmu.Lock()
-	left := c.leaving[leavingKey(key, queue)]
-	c.qmu.Unlock()
-	if left == nil {
-		return nil
+// local queue). The check and the registration are one step under
+// c.qmu, so that an owed Leave coming due (resendDue) either gates the
+// call or finds it registered and waits. It returns ctx's error or
+// ErrClosed if either ends the wait first.
+func (c *Client) registerAfterLeaves(ctx context.Context, key, grant string, shared bool) (*node.Key, error) {
+	if !c.handoff {
+		return nil, nil
 	}
-	select {
-	case <-left:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		return ErrClosed
+	lk := leavingKey(key, "")
+	for {
+		c.qmu.Lock()
+		left := c.leaving[lk]
+		if left == nil {
+			k := c.registerLocked(key, "", grant, shared)
+			c.qmu.Unlock()
+			return k, nil
+		}
+		c.qmu.Unlock()
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, ErrClosed
+		}
 	}
 }
 
@@ -778,7 +799,7 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 		return
 	}
 	k := *reg
-	var sending sync.WaitGroup // the Leaves below, for the key's next call (afterLeaves)
+	var sending sync.WaitGroup // the Leaves below, for the key's next call (registerAfterLeaves)
 	left := make(chan struct{})
 	lk := leavingKey(k.Name, k.Queue)
 	c.qmu.Lock()

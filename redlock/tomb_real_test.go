@@ -129,6 +129,20 @@ func (n *lateNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Dura
 	return n.Redis.AcquireShared(ctx, k, ttl, wait)
 }
 
+// AcquireFenced holds as Acquire does: op "acquire-fenced", holderTTL
+// standing for an attempt that queues (k.Owner set).
+func (n *lateNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
+	kc := *k
+	held, err := n.take(ctx, "acquire-fenced", k.Owner != "", k.Token, func() node.Status {
+		res, _ := n.Redis.AcquireFenced(context.Background(), &kc, ttl, counterTTL)
+		return res.Status
+	})
+	if held || err != nil {
+		return node.Result{}, err
+	}
+	return n.Redis.AcquireFenced(ctx, k, ttl, counterTTL)
+}
+
 // ReleaseShared records as Release does.
 func (n *lateNode) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
 	res, err := n.Redis.ReleaseShared(ctx, k, announce)
@@ -768,6 +782,85 @@ func TestLateSharedAcquireAfterRollback(t *testing.T) {
 	ns[2].open()
 	l, err := a.TryLock(ctx, "k")
 	require.NoError(t, err, "the key is free at once")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+	noKeysLeft(t, admins, "k")
+}
+
+// TestLateAttemptOfAnEarlierCallIsLeft (issue 43, a torture trace): a
+// fenced waiter (no grant: the nodes know it by its client's tag alone)
+// gives up while its waiting attempt, timed out on two of three nodes,
+// may still run there: its Leave is owed. The client's next call on the
+// key registers (the debt is not sent meanwhile: by tag it would take
+// that call's entry out), gives up too, and leaves. Then the first
+// call's attempt runs and registers the client again, and the holder's
+// Unlock reserves the key for it on a majority. The debt, kept for after
+// the second call, takes the reservation out within its resend wait, not
+// a lease later.
+func TestLateAttemptOfAnEarlierCallIsLeft(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
+	require.NoError(t, err)
+	defer a.Close()
+	ns, b := lateClient(t, urls, redlock.WithFencing(), redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
+	queued := func(want int64) func() bool {
+		return func() bool {
+			for _, ad := range admins {
+				if n, err := ad.Do(ctx, "EXISTS", node.WaitersKey("k")); err != nil || n != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	holder, err := a.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	var waiting [3]int // waiting attempts per node (under the node's mu)
+	rolledBack := holdOn(t, ns, func(i int, op string, queues bool) bool {
+		if op != "acquire-fenced" || !queues {
+			return false
+		}
+		waiting[i]++
+		return waiting[i] == 1
+	})
+	ctx1, cancel1 := context.WithCancel(ctx)
+	first := lockInBackground(ctx1, b, "k")
+	rolledBack()
+	cancel1()
+	require.ErrorIs(t, receiveLock(t, first).err, context.Canceled)
+	ns[1].open()
+	ns[2].open()
+	require.Eventually(t, queued(0), 5*time.Second, 5*time.Millisecond, "the first call left")
+
+	ctx2, cancel2 := context.WithCancel(ctx)
+	second := lockInBackground(ctx2, b, "k")
+	require.Eventually(t, queued(1), 5*time.Second, 5*time.Millisecond, "the second call is registered")
+	time.Sleep(2 * tombTimeout) // the first call's debt comes due meanwhile
+	assert.True(t, queued(1)(), "the debt did not take the second call's entry out")
+	cancel2()
+	require.ErrorIs(t, receiveLock(t, second).err, context.Canceled)
+	require.Eventually(t, queued(0), 5*time.Second, 5*time.Millisecond, "the second call left")
+
+	for i := 1; i < 3; i++ {
+		require.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the first call's late attempt queues the client again", i)
+	}
+	require.NoError(t, holder.Unlock(ctx))
+	ran := time.Now()
+	require.Eventually(t, func() bool {
+		for i := 1; i < 3; i++ {
+			if strings.HasPrefix(getKey(t, admins[i], "k"), "~") {
+				return false
+			}
+		}
+		return true
+	}, node.WaiterLease*3/4, 5*time.Millisecond, "the key reserved for a client with no waiter is handed on before the lease ends")
+	t.Logf("handed on %v after the Unlock", time.Since(ran).Round(time.Millisecond))
+	l, err := a.TryLock(ctx, "k")
+	require.NoError(t, err, "the key is free")
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
