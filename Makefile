@@ -72,10 +72,13 @@ test: deps lint
 # The randomized histories for TORTURE_BUDGET (default 10m), without the
 # race detector so that thousands fit; HISTORY_* variables tune them
 # (integration/torture/main_test.go). Known-failing oracles print their
-# counts and seeds; HISTORY_FATAL lists those that fail the run.
+# counts and seeds; HISTORY_FATAL lists those that fail the run. Six
+# histories at a time: twelve saturate two cores, and the node timeouts
+# that follow show up as release violations of the machine, not of the
+# library (docs/TESTING.md). Ten minutes make about 4,000 histories here.
 TORTURE_BUDGET ?= 10m
 torture: deps
-	cd $(INTEGRATION_DIR) && HISTORY_BUDGET=$(TORTURE_BUDGET) HISTORY_CONCURRENCY=$${HISTORY_CONCURRENCY:-12} \
+	cd $(INTEGRATION_DIR) && HISTORY_BUDGET=$(TORTURE_BUDGET) HISTORY_CONCURRENCY=$${HISTORY_CONCURRENCY:-6} \
 		HISTORY_LOG=$${HISTORY_LOG:-20} $(GO) test -count=1 -timeout 60m -v -run TestHistories $(GOTESTFLAGS) ./torture
 
 unit: lint

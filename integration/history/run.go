@@ -134,10 +134,22 @@ func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*
 	logged := map[Oracle]int{}
 	seeds := make(chan int64)
 	var wg sync.WaitGroup
-	for range max(o.Concurrency, 1) {
+	conc := max(o.Concurrency, 1)
+	for w := range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The workers start one after another, spread over one
+			// history's operations, as they run once the run is under
+			// way. Started at the same instant, the first histories'
+			// clients dial every node at once (six histories: 90
+			// connections and their script loads on two cores), every
+			// first command timed out, and those histories failed the
+			// release oracle with no grant at all.
+			select {
+			case <-time.After(time.Duration(w) * cfg.Duration / time.Duration(conc)):
+			case <-ctx.Done():
+			}
 			for seed := range seeds {
 				r := Run(ctx, cl, cfg, seed)
 				mu.Lock()
