@@ -743,10 +743,15 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 		}
 		late = late || f.acq[i].late || f.rb[i].late
 	}
-	if set && !late {
+	if set && !late && !l.handed {
 		// No earlier attempt of the call can register it there again
 		// (one that timed out, running after the lock's acquire or
 		// transfer dropped the registration, did: a torture trace).
+		// A lock handed over by a transfer is not such a proof: the
+		// transfer came from another call's Unlock while an attempt
+		// of this call was on its way, and that attempt, answered in
+		// time, may have run after it and registered the call again
+		// (a torture trace, stop 50): the Leave goes after it.
 		return
 	}
 	ok, gen := c.allow(i)
@@ -771,7 +776,8 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 // ends: on every node when it gives up, and where its lock l's acquire
 // did not set the key when it got the lock (that acquire dropped the
 // registration where it did, unless an earlier attempt of the call that
-// timed out there may register it again; an acquire still on its way to
+// timed out there may register it again; a lock handed over by a
+// transfer leaves everywhere, see leaveOn; an acquire still on its way to
 // a node is waited for, up to a node timeout, before deciding). On each node the
 // Leave goes once the call's waiting attempts still on their way there
 // (sent; nil for none) have returned, acquire and rollback: either may
@@ -822,7 +828,7 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 		var acq *step // l's acquire on node i, which may still be on its way
 		if l != nil {
 			acq = &l.ch.tail[i]
-			if l.ch.stepSet(acq) && settledOn(sent, i) {
+			if l.ch.stepSet(acq) && settledOn(sent, i) && !l.handed {
 				continue
 			}
 		}

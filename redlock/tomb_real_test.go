@@ -27,6 +27,9 @@ import (
 type lateNode struct {
 	*node.Redis
 	mu       sync.Mutex
+	delay    func(op string, holderTTL bool) bool // under mu: delay this call until delayed is closed (see delayFirst)
+	delayed  chan struct{}
+	isDelay  chan struct{}                        // closed once a call is delayed
 	hold     func(op string, holderTTL bool) bool // under mu: hold this call
 	held     []func() node.Status                 // the held commands, to run late
 	heldTok  []string                             // their tokens (the successor's, for a transfer)
@@ -86,6 +89,9 @@ func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token st
 }
 
 func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
+	if err := n.wait(ctx, "acquire", holderTTL); err != nil {
+		return node.Result{}, err
+	}
 	kc := *k
 	held, err := n.take(ctx, "acquire", holderTTL, k.Token, func() node.Status {
 		res, _ := n.Redis.Acquire(context.Background(), &kc, ttl, holderTTL)
@@ -113,6 +119,39 @@ func (n *lateNode) Release(ctx context.Context, k *node.Key, announce bool) (nod
 	res, err := n.Redis.Release(ctx, k, announce)
 	n.record(k, res, err)
 	return res, err
+}
+
+// delayFirst makes n delay the first call that pick picks until run is
+// called, then send it, within the call's deadline: a command that is
+// answered in time but runs after commands sent after it (on another
+// connection, say). held is closed once that call is waiting.
+func (n *lateNode) delayFirst(pick func(op string, holderTTL bool) bool) (held <-chan struct{}, run func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.delayed, n.isDelay = make(chan struct{}), make(chan struct{})
+	n.delay = pick
+	delayed := n.delayed
+	return n.isDelay, func() { close(delayed) }
+}
+
+// wait delays the call if it is the one delayFirst picks; a timeout if
+// its deadline passes first (it was never sent).
+func (n *lateNode) wait(ctx context.Context, op string, holderTTL bool) error {
+	n.mu.Lock()
+	if n.delay == nil || !n.delay(op, holderTTL) {
+		n.mu.Unlock()
+		return nil
+	}
+	n.delay = nil
+	delayed := n.delayed
+	close(n.isDelay)
+	n.mu.Unlock()
+	select {
+	case <-delayed:
+		return nil
+	case <-ctx.Done():
+		return &node.Error{Addr: n.Addr(), Op: op, Kind: node.ErrTimeout}
+	}
 }
 
 // AcquireShared holds as Acquire does: op "acquire-shared", holderTTL
@@ -864,5 +903,54 @@ func TestLateAttemptOfAnEarlierCallIsLeft(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
+	noKeysLeft(t, admins, "k")
+}
+
+// TestAttemptRunAfterAHandoffIsLeft (issue 43, a torture trace): a
+// waiter's waiting attempt is on its way to two of three nodes when the
+// holder, of the same client, unlocks and hands it the lock. The
+// transfer runs first there and drops the waiter's registration; then
+// the attempt runs, answered in time, and registers the call again. The
+// call, which got its lock by the handoff, must leave there all the
+// same: the transfer is no proof that no attempt of the call comes after
+// it, and the entry would otherwise stay for a lease (and take a key a
+// release hands on).
+func TestAttemptRunAfterAHandoffIsLeft(t *testing.T) {
+	urls, admins := realNodes(t)
+	ctx := context.Background()
+	ns, b := lateClient(t, urls)
+	queuedOn := func(i int) bool {
+		n, err := admins[i].Do(ctx, "EXISTS", node.WaitersKey("k"))
+		return err == nil && n == int64(1)
+	}
+
+	holder, err := b.TryLock(ctx, "k")
+	require.NoError(t, err)
+	everywhere(t, admins, "k", holder.Token())
+	done := lockInBackground(ctx, b, "k")
+	require.Eventually(t, func() bool { return queuedOn(0) && queuedOn(1) && queuedOn(2) }, 5*time.Second, time.Millisecond,
+		"the waiter's waiting attempt registered it")
+	var held [3]<-chan struct{}
+	var run [3]func()
+	for i := 1; i < 3; i++ {
+		held[i], run[i] = ns[i].delayFirst(func(op string, holderTTL bool) bool { return op == "acquire" && holderTTL })
+	}
+	for i := 1; i < 3; i++ {
+		select {
+		case <-held[i]:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("node %d: the waiter's next attempt never came", i)
+		}
+	}
+	require.NoError(t, holder.Unlock(ctx), "handed over to the waiter")
+	for i := 1; i < 3; i++ {
+		run[i]() // the attempt runs after the transfer
+	}
+	g := receiveLock(t, done)
+	require.NoError(t, g.err)
+	require.Eventually(t, func() bool { return !queuedOn(1) && !queuedOn(2) }, node.WaiterLease*3/4, 5*time.Millisecond,
+		"the registration the attempt made after the transfer is left before its lease ends")
+	require.NoError(t, g.l.Unlock(ctx))
+	require.NoError(t, b.Close())
 	noKeysLeft(t, admins, "k")
 }
