@@ -1044,7 +1044,7 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 			}
 		}
 		qe.ch = &l.ch
-		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail}
+		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
 	}
 	return qe
 }

@@ -278,17 +278,27 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 
 // inflight is a waiting attempt's commands that may register its call
 // in a node's queue: the acquire (a waiting Acquire queues the caller)
-// and its rollback (a requeue, node.Key.Requeue), one step per node each.
+// and, when it requeues (node.Key.Requeue), its rollback, one step per
+// node each. A rollback that does not requeue registers no one
+// (release.lua queues no caller without ARGV[4]; a key it hands on goes
+// to whoever heads the queue, which a Leave before or after it treats
+// alike), so a Leave need not wait for it: a rollback slowed by its own
+// node timeout kept a gone waiter's entry a timeout longer (a torture
+// trace, stop 50).
 type inflight struct {
-	ch      *chain
-	acq, rb []step
+	ch       *chain
+	acq, rb  []step
+	requeues bool // the rollback requeues the call where the attempt set the key
 }
 
-// settledOn reports whether both of f's commands have returned on node
-// i, and neither timed out after it was sent (step.late): neither can
-// register the call there any more.
+// settledOn reports whether f's commands that may register the call
+// have returned on node i, and none timed out after it was sent
+// (step.late): none can register the call there any more.
 func (f *inflight) settledOn(i int) bool {
-	return f.ch.landed(&f.acq[i]) && f.ch.landed(&f.rb[i]) && !f.acq[i].late && !f.rb[i].late
+	if !f.ch.landed(&f.acq[i]) || f.acq[i].late {
+		return false
+	}
+	return !f.requeues || f.ch.landed(&f.rb[i]) && !f.rb[i].late
 }
 
 // settled reports whether f is settled on every node.
@@ -736,12 +746,13 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 	}
 	for _, f := range sent {
 		// The rollback waits for its acquire, then gets a node timeout
-		// of its own at most (see round.late).
-		if !f.ch.await(&f.acq[i], wctx.Done()) || !f.ch.await(&f.rb[i], wctx.Done()) {
+		// of its own at most (see round.late); only one that requeues
+		// is waited for (see inflight).
+		if !f.ch.await(&f.acq[i], wctx.Done()) || f.requeues && !f.ch.await(&f.rb[i], wctx.Done()) {
 			late = true
 			continue
 		}
-		late = late || f.acq[i].late || f.rb[i].late
+		late = late || f.acq[i].late || f.requeues && f.rb[i].late
 	}
 	if set && !late && !l.handed {
 		// No earlier attempt of the call can register it there again

@@ -1,0 +1,90 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/node"
+)
+
+// leaveNode is a node that only counts Leaves; nothing else is called.
+type leaveNode struct {
+	node.Node
+	node.Handoffer
+	mu     sync.Mutex
+	leaves int
+}
+
+func (n *leaveNode) Addr() string { return "leave:1" }
+
+func (n *leaveNode) Leave(context.Context, *node.Key) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.leaves++
+	return nil
+}
+
+func (n *leaveNode) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaves
+}
+
+// TestLeaveWaitsOnlyForCommandsThatRegister: a gone waiter's Leave goes
+// once its attempt has returned, without waiting for a rollback that
+// requeues no one (release.lua registers a caller only with a requeue),
+// which may take its own node timeout; a rollback that requeues is
+// waited for, since it would register the call after the Leave.
+func TestLeaveWaitsOnlyForCommandsThatRegister(t *testing.T) {
+	// setup returns a client of one leaveNode whose node timeout (5 s)
+	// bounds the wait for an attempt's commands (three of them: 15 s),
+	// and a waiting attempt whose acquire has returned there and whose
+	// rollback has not.
+	setup := func(t *testing.T, requeues bool) (*Client, *leaveNode, *inflight) {
+		n := &leaveNode{}
+		c, err := New([]node.Node{n}, WithNodeTimeout(5*time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		require.True(t, c.handoff)
+		ch := &chain{c: c}
+		f := &inflight{ch: ch, acq: make([]step, 1), rb: make([]step, 1), requeues: requeues}
+		ch.finish(&f.acq[0], node.Result{Status: node.Taken}, nil)
+		return c, n, f
+	}
+	leave := func(c *Client, f *inflight) <-chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.leaveOn(0, node.Key{Name: "k", Owner: c.tag}, nil, nil, []*inflight{f})
+		}()
+		return done
+	}
+
+	t.Run("rollback without requeue", func(t *testing.T) {
+		c, n, f := setup(t, false)
+		select {
+		case <-leave(c, f):
+		case <-time.After(2 * time.Second):
+			t.Fatal("the Leave waited for a rollback that registers no one")
+		}
+		assert.Equal(t, 1, n.count())
+	})
+	t.Run("rollback that requeues", func(t *testing.T) {
+		c, n, f := setup(t, true)
+		done := leave(c, f)
+		require.Never(t, func() bool { return n.count() > 0 }, 200*time.Millisecond, 5*time.Millisecond,
+			"the Leave went before a rollback that requeues")
+		f.ch.finish(&f.rb[0], node.Result{Status: node.Done}, nil)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no Leave after the rollback returned")
+		}
+		assert.Equal(t, 1, n.count())
+	})
+}
