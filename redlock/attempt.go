@@ -1,0 +1,258 @@
+package redlock
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/quorum"
+)
+
+// attempt is one round of the algorithm: SET NX PX everywhere in parallel,
+// count, check validity, roll back on failure. wait asks the nodes that
+// refuse for the holder's TTL. It returns a Lock, or a *QuorumError, or
+// ErrClosed.
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *QuorumError, error) {
+	if !c.begin() {
+		return nil, nil, ErrClosed
+	}
+	l, qe := c.try(ctx, key, cfg, wait, ticket, grant, token)
+	c.bg.Done()
+	// Logged once the operation has ended: a logger may call Close.
+	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("redlock: attempt failed", "key", key, "validity", qe.Validity, "err", qe)
+	}
+	return l, qe, nil
+}
+
+// try is attempt's work, within a begun operation.
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *QuorumError) {
+	if ctx.Err() != nil {
+		// Nothing is sent for a context that has already ended.
+		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+	}
+	if token == "" {
+		// A fresh token per attempt (see Client.retry).
+		token = newToken()
+	}
+	l := newLock(c, c.attemptKey(key, token, cfg, ticket, grant), cfg)
+	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
+	t := r.Wait(ctx.Done(), c.quorum)
+	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
+	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
+		if !cfg.fenced {
+			l.grant(r.Started(), 0)
+			return l, nil
+		}
+		qe := c.confirm(ctx, l, r)
+		if qe == nil {
+			return l, nil
+		}
+		r.Collect() // acquires that answered since: wait for their release too
+		c.rollback(ctx, l, r, 0)
+		return nil, qe
+	}
+	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
+}
+
+// attemptKey is the node.Key of an attempt on key with token: this
+// client's tag as its owner (its readers' tag for a read hold), ticket
+// and grant, in cfg's queue when it has one.
+func (c *Client) attemptKey(key, token string, cfg *config, ticket int64, grant string) node.Key {
+	k := node.NewKey(key, token)
+	k.Owner = c.tag
+	if cfg.shared {
+		k = node.NewSharedKey(key, k.Token)
+		k.Owner = c.rtag
+	}
+	k.Ticket, k.Grant = ticket, grant
+	if cfg.queue != "" {
+		k = k.InQueue(cfg.queue)
+	}
+	return k
+}
+
+// refused ends an attempt whose round r did not take l: it rolls r back
+// (queueing the client again where a waiting attempt set the key) and
+// returns the error the retry loop reads, with r's replies, validity as
+// the round measured it, and for a waiting attempt its ticket, the
+// commands that may still register the call, and how long until the
+// holder's keys expire.
+func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *QuorumError {
+	key := l.k.Name
+	requeue := int64(0)
+	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
+		// Nodes where this waiting attempt set the key (it was free and
+		// the client headed the queue there) queue the client again as
+		// the refusing nodes did, with the ticket they gave.
+		// (A ticket only from a round that queued it on a majority, as
+		// Client.retry keeps one.)
+		requeue = ticket
+		if given, queued, _ := tickets(r.Replies, c.quorum); queued {
+			requeue = max(ticket, given)
+		}
+	}
+	c.rollback(ctx, l, r, requeue)
+	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
+	qe.Validity = validity
+	// Replies that came in during the rollback tell more about when the
+	// holder's keys expire; the error reports the round as decided.
+	n := r.Collect()
+	qe.perm = refusals(r.Replies)
+	decided := c.clk.Now()
+	if n.Pending > 0 && (wait || slices.Contains(qe.perm, 1)) {
+		// Wait for the other nodes' replies (one node timeout at most):
+		// a refusal no retry changes tells whether the quorum is out of
+		// reach; a waiting attempt sleeps until the holder's keys expire
+		// on a majority, which the first replies may overstate (a node
+		// still holding a competitor's key that is being rolled back,
+		// or a waiter's reservation, reports a TTL of seconds), and the
+		// release of such a key is not announced.
+		for n.Pending > 0 && ctx.Err() == nil {
+			n = r.Wait(ctx.Done(), n.Done+n.Pending)
+		}
+		qe.perm = refusals(r.Replies)
+	}
+	if qe.freeIn = freeIn(r.Replies, c.quorum); qe.freeIn > 0 {
+		// The TTLs count from the replies; the wait for the last ones
+		// has used part of them.
+		qe.freeIn = max(time.Millisecond, qe.freeIn-c.clk.Since(decided))
+	}
+	if wait {
+		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
+		qe.started = r.Started()
+		for i, rep := range r.Replies {
+			qe.lost = qe.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
+			if rep.Err == nil && rep.Result.Status == node.Done {
+				qe.undo = append(qe.undo, &l.ch.tail[i]) // the rollback's release there
+			}
+		}
+		qe.ch = &l.ch
+		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
+	}
+	return qe
+}
+
+// confirm is a fenced acquire's second round, after a majority granted in
+// round r: the fence is the largest counter the granting nodes returned,
+// and it is a grant only once a majority has raised its counter to the
+// fence while still holding the token, within the validity. Then any later
+// grant, whose majority shares a node with this one, reads a counter of at
+// least the fence there (its SET NX succeeded after our key was gone) and
+// gets a larger one. Without this round a later majority could miss the
+// node that returned the maximum, and its fence would go backwards.
+//
+// On failure the caller rolls the attempt back.
+func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
+	var fence int64
+	for _, rep := range r.Replies {
+		if rep.Err == nil && rep.Result.Status == node.Done {
+			fence = max(fence, rep.Result.Fence)
+		}
+	}
+	r2 := l.ch.send(ctx, command{op: "confirm", ttl: l.ttl, fence: fence})
+	t := r2.Wait(ctx.Done(), c.quorum)
+	validity := clock.Validity(l.ttl, c.clk.Since(r.Started()), l.drift)
+	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
+		l.grant(r.Started(), fence)
+		return nil
+	}
+	qe := newQuorumError("confirm", l.k.Name, c, r2.Replies, ErrNotAcquired, ctx)
+	qe.Validity = validity
+	return qe
+}
+
+// rollback releases a failed attempt's token through its chain: on every
+// node but those that answered Taken, and on nodes still silent once their
+// SET returns (a lost or late reply may hide a SET that took effect). It
+// returns once the nodes that answered Done have released, so that a
+// competitor is not kept waiting; the others finish in the background
+// (QuorumError.undone reads how they ended, in the chain's tail).
+// After a failed acquire round, a silent node's release goes at once,
+// ahead of its reply (see round.ahead), unless the round was refused
+// with no node answering Done: then it goes once the reply is in, and
+// only where the reply is not a refusal (command.lazy).
+// requeue (0: none) is the ticket a waiting attempt's rollback queues the
+// client with again where it frees the key (node.Key.Requeue). A lazy
+// release that frees a straggler's key after the call has given up and
+// left the queue (Client.leaveWaiters) queues it there again, for a
+// lease at most, as a waiting acquire still on its way then does.
+// (Where the call's context ended before a majority answered, the round
+// is not refused, and the release goes ahead, before the leave.)
+func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
+	var granted []int
+	for i, rep := range r.Replies {
+		if rep.Result.Status == node.Done {
+			granted = append(granted, i)
+		}
+	}
+	lazy := granted == nil && quorum.Tally(r.Replies).Refused(c.quorum)
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
+	l.ch.wait(granted)
+}
+
+// tickets reads a waiting attempt's replies: the largest ticket a node
+// queued the caller with, whether at least need nodes queued it, and
+// whether some node queued it with a smaller ticket (the nodes do not
+// order it the same way yet).
+func tickets(replies []quorum.Reply, need int) (ticket int64, queued, split bool) {
+	for _, r := range replies {
+		if r.Err == nil && r.Result.Ticket > 0 {
+			split = split || (ticket > 0 && r.Result.Ticket != ticket)
+			ticket = max(ticket, r.Result.Ticket)
+			need--
+		}
+	}
+	return ticket, need <= 0, split
+}
+
+// hopeless reports whether so many nodes refused for reasons a retry
+// cannot change (node.Permanent: credentials or rights, no scripts, a key
+// of the wrong type, a read-only or full node, TLS, not Redis) that the
+// quorum is out of reach. perm is what each node's last reply said, over
+// the attempts so far (see refusals): an attempt decided before a node's
+// refusal came in still counts the refusal it made the attempt before.
+func (c *Client) hopeless(perm []int8) bool {
+	bad := 0
+	for _, p := range perm {
+		if p > 0 {
+			bad++
+		}
+	}
+	return len(c.nodes)-bad < c.quorum
+}
+
+// refusals says, per node, what its reply in replies was: 1 a refusal a
+// retry cannot change, -1 any other reply, 0 none yet.
+func refusals(replies []quorum.Reply) []int8 {
+	out := make([]int8, len(replies))
+	for i, r := range replies {
+		switch {
+		case node.Permanent(r.Err):
+			out[i] = 1
+		case r.Err != nil || r.Result.Status != node.Unknown:
+			out[i] = -1
+		}
+	}
+	return out
+}
+
+// mergeRefusals updates perm with an attempt's refusals: a node's newer
+// reply replaces its older one; no reply keeps it.
+func mergeRefusals(perm, attempt []int8) []int8 {
+	if attempt == nil {
+		return perm
+	}
+	if perm == nil {
+		perm = make([]int8, len(attempt))
+	}
+	for i, v := range attempt {
+		if v != 0 {
+			perm[i] = v
+		}
+	}
+	return perm
+}
