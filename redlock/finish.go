@@ -217,7 +217,8 @@ func (c *Client) finishOne(i int, f *finisher, r release, watched int, closing t
 	}
 	c.callDone(i, "release", took, err)
 	if watched >= 0 {
-		c.rewatch(f, r, closing.IsZero() && (err == nil && res.Status != node.Done || err != nil && !node.Permanent(err)))
+		failed := err != nil && !node.Permanent(err)
+		c.rewatch(i, f, r, closing.IsZero() && (err == nil && res.Status != node.Done || failed), failed)
 		return 0 // the next due one, or the next wait, at once
 	}
 	if err != nil && !node.Permanent(err) {
@@ -267,9 +268,17 @@ func (c *Client) finishAgain(i int, wait time.Duration) time.Duration {
 	return max(finishFirst, min(2*wait, c.nodeTimeout(i)))
 }
 
-// rewatch ends watched release r on f, or, with again, schedules its
-// next try, the wait doubling up to watchMax.
-func (c *Client) rewatch(f *finisher, r release, again bool) {
+// rewatch ends watched release r on node i's finisher f, or, with
+// again, schedules its next try: after a try that found nothing of the
+// lock, the wait doubles up to watchMax (the watch is for a late SET
+// that may come any time); after one that failed (the node did not
+// answer), it is retried as a failed release is, at most the node's
+// timeout later (finishAgain), so that a watch whose key a late
+// command has set is done within about two timeouts of the node
+// answering again (a torture trace: the tries timed out while the
+// faults lasted, the wait had doubled meanwhile, and the key stayed past
+// the release oracle's bound once they stopped).
+func (c *Client) rewatch(i int, f *finisher, r release, again, failed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	j := slices.IndexFunc(f.watched, func(w release) bool { return w.k == r.k })
@@ -277,7 +286,11 @@ func (c *Client) rewatch(f *finisher, r release, again bool) {
 	case j < 0:
 	case again:
 		w := &f.watched[j]
-		w.every = min(2*w.every, watchMax)
+		if failed {
+			w.every = c.finishAgain(i, w.every)
+		} else {
+			w.every = min(2*w.every, watchMax)
+		}
 		w.next = time.Now().Add(w.every)
 	default:
 		f.watched = slices.Delete(f.watched, j, j+1)

@@ -118,3 +118,31 @@ func TestFinishBackoffStopsAtTheNodeTimeout(t *testing.T) {
 		assert.NoError(t, c.Close())
 	}
 }
+
+// TestWatchRetriesAFailedTryWithinATimeout: a watched release's tries
+// that find nothing come ever further apart (doubling up to 2 s: the
+// watch waits for a late SET); one that fails is retried as a failed
+// release is, at most a node timeout later, whatever the wait had grown
+// to, so that the late key goes soon after the node answers again.
+func TestWatchRetriesAFailedTryWithinATimeout(t *testing.T) {
+	c, err := New([]node.Node{&lateNode{}}, WithNodeTimeout(50*time.Millisecond))
+	assert.NoError(t, err)
+	defer c.Close()
+	f := &c.finish[0]
+	r := release{k: node.Key{Name: "k", Token: "t"}}
+	f.watched = []release{r}
+	f.watched[0].every = finishFirst
+	every := func() time.Duration { return f.watched[0].every }
+	var found []time.Duration
+	for range 8 {
+		c.rewatch(0, f, r, true, false) // found nothing
+		found = append(found, every()/time.Millisecond)
+	}
+	assert.Equal(t, []time.Duration{40, 80, 160, 320, 640, 1280, 2000, 2000}, found, "found nothing (ms)")
+	c.rewatch(0, f, r, true, true) // failed
+	assert.Equal(t, 50*time.Millisecond, every(), "a failed try: within the node timeout")
+	c.rewatch(0, f, r, true, true)
+	assert.Equal(t, 50*time.Millisecond, every())
+	c.rewatch(0, f, r, false, false)
+	assert.Empty(t, f.watched, "ended")
+}
