@@ -89,30 +89,34 @@ func (n *lateNode) take(ctx context.Context, op string, holderTTL bool, token st
 }
 
 func (n *lateNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
-	if err := n.wait(ctx, "acquire", holderTTL); err != nil {
-		return node.Result{}, err
-	}
-	kc := *k
-	held, err := n.take(ctx, "acquire", holderTTL, k.Token, func() node.Status {
-		res, _ := n.Redis.Acquire(context.Background(), &kc, ttl, holderTTL)
-		return res.Status
+	return n.call(ctx, "acquire", holderTTL, k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.Redis.Acquire(ctx, k, ttl, holderTTL)
 	})
-	if held || err != nil {
-		return node.Result{}, err
-	}
-	return n.Redis.Acquire(ctx, k, ttl, holderTTL)
 }
 
 func (n *lateNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
-	fc, tc := *from, *to
-	held, err := n.take(ctx, "transfer", false, to.Token, func() node.Status {
-		res, _ := n.Redis.Transfer(context.Background(), &fc, &tc, ttl)
+	fc := *from
+	return n.call(ctx, "transfer", false, to, func(ctx context.Context, to *node.Key) (node.Result, error) {
+		return n.Redis.Transfer(ctx, &fc, to, ttl)
+	})
+}
+
+// call runs do for k on the node now, or holds it (take) to run late,
+// or delays it (wait): op and holderTTL are what hold and delay pick by.
+// A held command runs on a copy of k, as the caller left it.
+func (n *lateNode) call(ctx context.Context, op string, holderTTL bool, k *node.Key, do func(context.Context, *node.Key) (node.Result, error)) (node.Result, error) {
+	if err := n.wait(ctx, op, holderTTL); err != nil {
+		return node.Result{}, err
+	}
+	kc := *k
+	held, err := n.take(ctx, op, holderTTL, k.Token, func() node.Status {
+		res, _ := do(context.Background(), &kc)
 		return res.Status
 	})
 	if held || err != nil {
 		return node.Result{}, err
 	}
-	return n.Redis.Transfer(ctx, from, to, ttl)
+	return do(ctx, k)
 }
 
 func (n *lateNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
@@ -157,29 +161,17 @@ func (n *lateNode) wait(ctx context.Context, op string, holderTTL bool) error {
 // AcquireShared holds as Acquire does: op "acquire-shared", holderTTL
 // standing for wait (a waiting attempt runs the script).
 func (n *lateNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Duration, wait bool) (node.Result, error) {
-	kc := *k
-	held, err := n.take(ctx, "acquire-shared", wait, k.Token, func() node.Status {
-		res, _ := n.Redis.AcquireShared(context.Background(), &kc, ttl, wait)
-		return res.Status
+	return n.call(ctx, "acquire-shared", wait, k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.Redis.AcquireShared(ctx, k, ttl, wait)
 	})
-	if held || err != nil {
-		return node.Result{}, err
-	}
-	return n.Redis.AcquireShared(ctx, k, ttl, wait)
 }
 
 // AcquireFenced holds as Acquire does: op "acquire-fenced", holderTTL
 // standing for an attempt that queues (k.Owner set).
 func (n *lateNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
-	kc := *k
-	held, err := n.take(ctx, "acquire-fenced", k.Owner != "", k.Token, func() node.Status {
-		res, _ := n.Redis.AcquireFenced(context.Background(), &kc, ttl, counterTTL)
-		return res.Status
+	return n.call(ctx, "acquire-fenced", k.Owner != "", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.Redis.AcquireFenced(ctx, k, ttl, counterTTL)
 	})
-	if held || err != nil {
-		return node.Result{}, err
-	}
-	return n.Redis.AcquireFenced(ctx, k, ttl, counterTTL)
 }
 
 // ReleaseShared records as Release does.
