@@ -364,6 +364,17 @@ func lateClient(t *testing.T, urls []string, opts ...redlock.Option) ([]*lateNod
 	return ns, b
 }
 
+// holderClient returns a client of the nodes at urls (not late ones)
+// for the holder of the tests' lock, with a node timeout long enough
+// that its stragglers land; the test's end closes it.
+func holderClient(t *testing.T, urls []string) *redlock.Client {
+	t.Helper()
+	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
 // watchFrees waits until key is gone from the node a, where a late
 // command has just set it: a watched release frees it within its longest
 // wait between tries (2 s) and a round trip, not a TTL.
@@ -428,9 +439,7 @@ const (
 func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
-	require.NoError(t, err)
-	defer a.Close()
+	a := holderClient(t, urls)
 	ns, b := lateClient(t, urls, redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
 
 	holder, err := a.TryLock(ctx, "k")
@@ -519,9 +528,7 @@ func TestLateTransferAfterRollback(t *testing.T) {
 func TestLatePlainSetAfterRollback(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
-	require.NoError(t, err)
-	defer a.Close()
+	a := holderClient(t, urls)
 	ns, b := lateClient(t, urls)
 
 	// The uncontended cycle asks for no tombstone.
@@ -773,9 +780,7 @@ func TestLateAttemptAfterAHandoffIsLeft(t *testing.T) {
 func TestLateSharedAcquireAfterRollback(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the writer: its stragglers land
-	require.NoError(t, err)
-	defer a.Close()
+	a := holderClient(t, urls)
 	ns, b := lateClient(t, urls, redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
 
 	writer, err := a.TryLock(ctx, "k")
@@ -832,9 +837,7 @@ func TestLateSharedAcquireAfterRollback(t *testing.T) {
 func TestLateAttemptOfAnEarlierCallIsLeft(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(tombTTL), redlock.WithNodeTimeout(time.Second)) // the holder: its stragglers land
-	require.NoError(t, err)
-	defer a.Close()
+	a := holderClient(t, urls)
 	ns, b := lateClient(t, urls, redlock.WithFencing(), redlock.WithRetry(redlock.LinearBackoff(30*time.Millisecond)))
 	queued := func(want int64) func() bool {
 		return func() bool {
