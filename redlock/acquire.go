@@ -93,17 +93,17 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 	// call subscribes first and queues from its first attempt (see
 	// hotFor) instead of spending a round on a plain SET to learn that.
 	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
-	wt := waiter{c: c, key: key, cfg: cfg, queued: queued, giveUp: giveUp, hot: queued && c.contended(key)}
+	wt := waiter{c: c, key: key, queued: queued, giveUp: giveUp, hot: queued && c.contended(key)}
 	defer func() { wt.end(l, err) }()
 	for attempt = 1; ; attempt++ {
-		if g, waited, err := wt.awaitHandoff(ctx); waited {
+		if g, waited, err := wt.awaitHandoff(ctx, cfg); waited {
 			if g != nil || err != nil {
 				return g, attempt - 1, err
 			}
 			attempt-- // no attempt made: the loop checks the holder again
 			continue
 		}
-		tok, err := wt.prepare(ctx, attempt)
+		tok, err := wt.prepare(ctx, cfg, attempt)
 		if err != nil {
 			return nil, attempt - 1, err
 		}
@@ -118,17 +118,19 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		if stop {
 			return nil, attempt, qe
 		}
-		if g, err := wt.pause(ctx, qe, attempt, prev); g != nil || err != nil {
+		if g, err := wt.pause(ctx, cfg, qe, attempt, prev); g != nil || err != nil {
 			return g, attempt, err
 		}
 	}
 }
 
-// waiter is one retry call's state across its attempts.
+// waiter is one retry call's state across its attempts. (The call's
+// config is passed to the methods that read it, not kept here: a
+// pointer in this value would move the config of every TryLock to the
+// heap, one allocation per uncontended cycle.)
 type waiter struct {
 	c      *Client
 	key    string
-	cfg    *config
 	queued bool      // Lock: the call heads key's local queue, and queues on the nodes
 	giveUp time.Time // WithMaxWait's limit, on the client's clock; zero: none
 	hot    bool      // the key was contended lately: subscribe and queue from the first attempt
@@ -181,19 +183,19 @@ func (wt *waiter) end(l *Lock, err error) {
 // holds.) waited is false when the call should try the nodes; with it,
 // the lock handed over, or the error that ends the call, or neither:
 // look again.
-func (wt *waiter) awaitHandoff(ctx context.Context) (g *Lock, waited bool, err error) {
+func (wt *waiter) awaitHandoff(ctx context.Context, cfg *config) (g *Lock, waited bool, err error) {
 	c := wt.c
 	if !wt.queued || !c.heldHere(wt.key) && !c.awaited(wt.o) {
 		return nil, false, nil
 	}
 	if wt.o == nil {
-		wt.o = c.offer(wt.key, wt.cfg)
+		wt.o = c.offer(wt.key, cfg)
 	}
 	if wt.o == nil {
 		return nil, false, nil
 	}
 	wt.asked++
-	d, again := wt.cfg.retry.Backoff(wt.asked)
+	d, again := cfg.retry.Backoff(wt.asked)
 	if !wt.giveUp.IsZero() {
 		d = max(0, min(d, wt.giveUp.Sub(c.clk.Now())))
 	}
@@ -218,17 +220,17 @@ func (wt *waiter) awaitHandoff(ctx context.Context) (g *Lock, waited bool, err e
 // the holder's TTL (by script): the first attempt of a Lock call, and
 // TryLock's only one, stay one plain SET per node, unless the key is
 // hot.
-func (wt *waiter) prepare(ctx context.Context, attempt int) (string, error) {
+func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string, error) {
 	c := wt.c
 	if wt.hot && wt.w == nil && attempt == 1 {
 		// Subscribed before the first attempt, which queues; only
 		// when this call tries the nodes (not while a lock of this
 		// client will hand the key over).
-		if wt.w, wt.grant = c.watchWaiting(wt.key, wt.cfg, true); wt.w != nil {
+		if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, true); wt.w != nil {
 			// Not a wait between attempts: the retry strategy is
 			// not asked (it sees each wait once, numbered from 1).
 			// A subscription confirms in a round trip.
-			_ = wt.w.ready(ctx, c, wt.cfg.timeout()) // an ended ctx or Close ends the attempt
+			_ = wt.w.ready(ctx, c, cfg.timeout()) // an ended ctx or Close ends the attempt
 		}
 	}
 	tok := newToken()
@@ -237,7 +239,7 @@ func (wt *waiter) prepare(ctx context.Context, attempt int) (string, error) {
 	}
 	wt.w.forget()
 	if wt.reg == nil && (attempt > 1 || wt.hot) {
-		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, wt.cfg.shared)
+		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.shared)
 		switch {
 		case err == ErrClosed:
 			return "", err
@@ -285,8 +287,8 @@ func (wt *waiter) failed(qe *QuorumError, attempt int) (prev int64, stop bool) {
 // majority, or after the retry delay, whichever comes first. It returns
 // the lock a handoff or a grant brought meanwhile, or the error that
 // ends the call, or neither: attempt again.
-func (wt *waiter) pause(ctx context.Context, qe *QuorumError, attempt int, prev int64) (*Lock, error) {
-	c, cfg := wt.c, wt.cfg
+func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attempt int, prev int64) (*Lock, error) {
+	c := wt.c
 	wt.asked++
 	d, again := cfg.retry.Backoff(wt.asked)
 	if !wt.giveUp.IsZero() {

@@ -128,7 +128,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	}
 	cfg.local, cfg.queue = s.local, s.queue
 	start := c.clk.Now()
-	sw := semWait{s: s, cfg: &cfg}
+	sw := semWait{s: s}
 	if cfg.maxWait > 0 {
 		sw.giveUp = start.Add(cfg.maxWait)
 	}
@@ -149,12 +149,12 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 		poked := false
 		if tryNow {
 			var done bool
-			if l, poked, done, err = sw.tryRound(ctx); done {
+			if l, poked, done, err = sw.tryRound(ctx, &cfg); done {
 				return l, err
 			}
 		}
 		tryNow = true
-		d, named, again := sw.delay()
+		d, named, again := sw.delay(&cfg)
 		if !again {
 			if sw.own == 0 {
 				continue
@@ -186,10 +186,10 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	}
 }
 
-// semWait is one Semaphore.Acquire call's state across its rounds.
+// semWait is one Semaphore.Acquire call's state across its rounds (its
+// config is passed to the methods that read it: see waiter).
 type semWait struct {
 	s      *Semaphore
-	cfg    *config
 	giveUp time.Time // WithMaxWait's limit, on the client's clock; zero: none
 
 	w          *watches
@@ -240,10 +240,10 @@ func (sw *semWait) inherit() bool {
 // first). With done the call ends, with the lock or the error (other
 // than every slot held; ctx ended). Otherwise every slot was held, and
 // poked says a slot of this client was released during the round.
-func (sw *semWait) tryRound(ctx context.Context) (l *Lock, poked, done bool, err error) {
+func (sw *semWait) tryRound(ctx context.Context, cfg *config) (l *Lock, poked, done bool, err error) {
 	s := sw.s
 	sw.w.forgetSlots(sw.hint)
-	l, n, poked, err := s.try(ctx, sw.cfg, sw.hint, sw.o, sw.p)
+	l, n, poked, err := s.try(ctx, cfg, sw.hint, sw.o, sw.p)
 	sw.rounds += n
 	if l != nil && sw.hint != nil {
 		sw.heard = append(sw.heard, sw.hint[min(n, len(sw.hint)):]...)
@@ -271,8 +271,8 @@ func (sw *semWait) tryRound(ctx context.Context) (l *Lock, poked, done bool, err
 // for (every waiter in line has one on its way) is heard too. It wakes
 // for those, or to renew its place before its lease ends; a local
 // release (a poke) says nothing more.
-func (sw *semWait) delay() (d time.Duration, named, again bool) {
-	c, retry := sw.s.c, sw.cfg.retry
+func (sw *semWait) delay(cfg *config) (d time.Duration, named, again bool) {
+	c, retry := sw.s.c, cfg.retry
 	d, ok := retry.Backoff(max(sw.round, 1))
 	dOwn, again := retry.Backoff(max(sw.own, 1))
 	if !ok {
