@@ -375,6 +375,18 @@ func holderClient(t *testing.T, urls []string) *redlock.Client {
 	return a
 }
 
+// takeAndClose asserts that the holder's client a takes "k" at once
+// (what says why it must be free), unlocks it, and closes both clients.
+func takeAndClose(t *testing.T, a, b *redlock.Client, what string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := a.TryLock(ctx, "k")
+	require.NoError(t, err, what)
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+}
+
 // watchFrees waits until key is gone from the node a, where a late
 // command has just set it: a watched release frees it within its longest
 // wait between tries (2 s) and a round trip, not a TTL.
@@ -575,11 +587,7 @@ func TestLatePlainSetAfterRollback(t *testing.T) {
 		return true
 	}, 2*time.Second+tombTimeout+500*time.Millisecond, 5*time.Millisecond, "the late keys are released, not left for a TTL")
 	t.Logf("freed %v after the late SETs ran", time.Since(ran).Round(time.Millisecond))
-	l, err = a.TryLock(ctx, "k")
-	require.NoError(t, err, "the key is free")
-	require.NoError(t, l.Unlock(ctx))
-	require.NoError(t, b.Close())
-	require.NoError(t, a.Close())
+	takeAndClose(t, a, b, "the key is free")
 	// The tombstones go by themselves once the watches have ended (at
 	// Close): within the longest wait between tries and a node timeout.
 	require.Eventually(t, func() bool {
@@ -816,11 +824,7 @@ func TestLateSharedAcquireAfterRollback(t *testing.T) {
 	}
 	ns[1].open()
 	ns[2].open()
-	l, err := a.TryLock(ctx, "k")
-	require.NoError(t, err, "the key is free at once")
-	require.NoError(t, l.Unlock(ctx))
-	require.NoError(t, b.Close())
-	require.NoError(t, a.Close())
+	takeAndClose(t, a, b, "the key is free at once")
 	noKeysLeft(t, admins, "k")
 }
 
@@ -893,11 +897,7 @@ func TestLateAttemptOfAnEarlierCallIsLeft(t *testing.T) {
 		return true
 	}, node.WaiterLease*3/4, 5*time.Millisecond, "the key reserved for a client with no waiter is handed on before the lease ends")
 	t.Logf("handed on %v after the Unlock", time.Since(ran).Round(time.Millisecond))
-	l, err := a.TryLock(ctx, "k")
-	require.NoError(t, err, "the key is free")
-	require.NoError(t, l.Unlock(ctx))
-	require.NoError(t, b.Close())
-	require.NoError(t, a.Close())
+	takeAndClose(t, a, b, "the key is free")
 	noKeysLeft(t, admins, "k")
 }
 
