@@ -77,9 +77,10 @@ type Config struct {
 	// one as left over when it has no TTL or a longer one. Default:
 	// 2 s plus NodeTimeout.
 	TombMax time.Duration
-	// Trace keeps every command the nodes ran (faultnode.Event), and
-	// hands it back in Result.Trace for a history that failed Release or
-	// Leftover.
+	// Trace keeps every command the nodes ran (faultnode.Event), the
+	// breakers' changes, the calls' waits and grants and the moment the
+	// faults stopped, and hands them back in Result.Trace for a history
+	// that failed Release, Leftover or Starvation.
 	Trace bool
 }
 
@@ -120,8 +121,9 @@ type Result struct {
 	// Tombstones counts the tombstones found after Close that expire by
 	// themselves within Config.TombMax (not left over).
 	Tombstones int
-	// Trace is every command the nodes ran, in order, when Config.Trace
-	// is set and Release or Leftover failed.
+	// Trace is every command the nodes ran and every mark (see
+	// Config.Trace), in order, when Config.Trace is set and Release,
+	// Leftover or Starvation failed.
 	Trace []string
 	opsBy map[string]int
 }
@@ -166,11 +168,29 @@ type history struct {
 	chk    checker.Checker
 	ops    atomic.Int64
 
-	mu     sync.Mutex // guards waits, grants, opsBy, trace
+	mu     sync.Mutex // guards waits, grants, opsBy, trace, marks
 	waits  []Wait
 	grants []Grant
 	opsBy  map[string]int
 	trace  []faultnode.Event
+	marks  []mark // with Config.Trace: what the trace shows between the commands
+}
+
+// mark is a line of a trace that is not a command: a breaker that moved,
+// the faults stopping, a call that waited or was granted.
+type mark struct {
+	at   time.Time
+	text string
+}
+
+// note adds a mark to the trace when the history keeps one.
+func (h *history) note(at time.Time, format string, args ...any) {
+	if !h.cfg.Trace {
+		return
+	}
+	h.mu.Lock()
+	h.marks = append(h.marks, mark{at, fmt.Sprintf(format, args...)})
+	h.mu.Unlock()
 }
 
 // Run runs the history of seed on cl and checks it.
@@ -212,7 +232,12 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 			nodes[i] = fn
 			wrapped = append(wrapped, fn)
 		}
-		rc, err := redlock.New(nodes, redlock.WithNodeTimeout(cfg.NodeTimeout),
+		// A breaker that opens holds a node's calls back, background
+		// ones included: the trace shows when.
+		hooks := redlock.Hooks{Breaker: func(b redlock.BreakerChange) {
+			h.note(time.Now(), "node %d client %d: breaker %s -> %s", b.Node, c, b.From, b.To)
+		}}
+		rc, err := redlock.New(nodes, redlock.WithNodeTimeout(cfg.NodeTimeout), redlock.WithHooks(hooks),
 			redlock.WithRetry(redlock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)))
 		if err != nil {
 			res.Errors = append(res.Errors, err.Error())
@@ -286,6 +311,7 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	for _, st := range h.states {
 		st.Drain()
 	}
+	h.note(time.Now(), "faults stopped, holders unlocked: the release oracle's clock starts")
 	h.checkFree(res)
 
 	for _, rc := range clients {
@@ -304,11 +330,8 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	h.mu.Lock()
 	res.Violations[Starvation] = append(res.Violations[Starvation], Starved(h.waits, h.grants, cfg.StarveBound)...)
 	res.opsBy = h.opsBy
-	if len(res.Violations[Release])+len(res.Violations[Leftover]) > 0 {
-		slices.SortFunc(h.trace, func(a, b faultnode.Event) int { return a.Start.Compare(b.Start) })
-		for _, e := range h.trace {
-			res.Trace = append(res.Trace, fmt.Sprintf("node %d client %d: %s", e.Stream%uint64(n), e.Stream/uint64(n), e))
-		}
+	if len(res.Violations[Release])+len(res.Violations[Leftover])+len(res.Violations[Starvation]) > 0 {
+		res.Trace = h.lines(n)
 	}
 	h.mu.Unlock()
 	res.Ops = int(h.ops.Load())
@@ -320,6 +343,31 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 		}
 	}
 	return res
+}
+
+// lines is the trace in time order: the commands the nodes ran and the
+// marks, each command on the line of the node and client it ran for.
+// Under h.mu.
+func (h *history) lines(n int) []string {
+	ms := slices.Clone(h.marks)
+	for _, w := range h.waits {
+		ms = append(ms, mark{w.Start, fmt.Sprintf("holder %d: %s on %q begins (waits)", w.Holder, w.Op, w.Group)})
+	}
+	for _, g := range h.grants {
+		ms = append(ms, mark{g.Got, fmt.Sprintf("holder %d: granted %q (shared %v), asked at %s", g.Holder, g.Key, g.Shared, g.Start.Format("15:04:05.000000"))})
+	}
+	for _, e := range h.trace {
+		ms = append(ms, mark{e.Start, fmt.Sprintf("node %d client %d: %s", e.Stream%uint64(n), e.Stream/uint64(n), e)})
+	}
+	slices.SortStableFunc(ms, func(a, b mark) int { return a.at.Compare(b.at) })
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.text
+		if !strings.HasPrefix(m.text, "node ") || strings.Contains(m.text, ": breaker ") {
+			out[i] = m.at.Format("15:04:05.000000") + " " + m.text
+		}
+	}
+	return out
 }
 
 var harnessMu sync.Mutex

@@ -119,7 +119,7 @@ type Options struct {
 	// seeds).
 	LogLimit int
 	// TraceDir, when set, gets the trace of each history that failed
-	// Release or Leftover (Config.Trace), as trace-<seed>.log.
+	// Release, Leftover or Starvation (Config.Trace), as trace-<seed>.log.
 	TraceDir string
 }
 

@@ -11,8 +11,9 @@
 //	HISTORY_FAULTS       fault kinds on, comma-separated (default: the short run's set)
 //	HISTORY_FATAL        oracles that fail the test (default: the short run's set)
 //	HISTORY_OPS          operations drawn (default all)
-//	HISTORY_TRACE        a directory: each history failing release or
-//	                     leftover writes there every command the nodes ran
+//	HISTORY_TRACE        a directory: each history failing release,
+//	                     leftover or starvation writes there every command
+//	                     the nodes ran, with its waits, grants and breakers
 package torture_test
 
 import (
