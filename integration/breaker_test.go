@@ -70,9 +70,10 @@ func (p *countingProxy) close() {
 }
 
 // TestBreakerSkipsAStoppedNode: with node 4 stopped, once its breaker is
-// open a lock+unlock cycle opens no connection to it (counted at a proxy
-// in front of it) and locks are still granted; when the node is back it
-// is used again within one cooldown.
+// open (and the releases owed to it from before have expired) a
+// lock+unlock cycle opens no connection to it (counted at a proxy in
+// front of it) and locks are still granted; when the node is back it is
+// used again within one cooldown.
 func TestBreakerSkipsAStoppedNode(t *testing.T) {
 	const cooldown = 500 * time.Millisecond
 	p := prefix(t, 5*time.Second)
@@ -100,6 +101,10 @@ func TestBreakerSkipsAStoppedNode(t *testing.T) {
 		return changes[len(changes)-1].To
 	}
 	c, err := redlock.Dial(urls, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithHooks(hooks),
+		// A short TTL: the background releases of the cycles before the
+		// breaker opened (their acquire reached the proxy) go past the
+		// breaker until their keys would have expired (see below).
+		redlock.WithTTL(time.Second),
 		// The background retries of the releases that failed before the
 		// breaker opened probe the stopped node too, doubling the
 		// cooldown each time: capped, the node is used again within
@@ -124,7 +129,10 @@ func TestBreakerSkipsAStoppedNode(t *testing.T) {
 		cycle()
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // calls already under way land
+	// Calls already under way land, and the releases still owed to the
+	// node, which go on past its breaker one at a time (each may open a
+	// connection), end with their keys' TTL and two node timeouts.
+	time.Sleep(1500 * time.Millisecond)
 	before := proxy.accepted.Load()
 	for range 20 {
 		cycle()

@@ -271,6 +271,47 @@ func TestUnlockFinishesReleasesLostOnOpenConnections(t *testing.T) {
 	out.clean(t, l.Token())
 }
 
+// TestUnlockFinishesPastOpenBreakers: as TestUnlockFinishesDroppedReleases,
+// but the two nodes stay cut off until the retries of their releases have
+// opened their breakers (cooldown 10 s). The retries go on past the open
+// breakers, and the key is gone from the two within a second of the
+// network healing, not at the end of the cooldown; the answer closes the
+// breakers. (A torture trace: three nodes' breakers open, the rollback's
+// key kept on them, a majority, for their cooldown after they answered.)
+func TestUnlockFinishesPastOpenBreakers(t *testing.T) {
+	ctx := context.Background()
+	p := prefix(t, 2*time.Second)
+	var out texts
+	var mu sync.Mutex
+	state := map[int]redlock.BreakerState{}
+	hooks := redlock.Hooks{Breaker: func(b redlock.BreakerChange) { mu.Lock(); state[b.Node] = b.To; mu.Unlock() }}
+	both := func(s redlock.BreakerState) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return state[3] == s && state[4] == s
+	}
+	c := client(t, redlock.WithTTL(30*time.Second), out.logger(), redlock.WithHooks(hooks),
+		redlock.WithBreaker(redlock.Breaker{Cooldown: 10 * time.Second}))
+	l, err := c.TryLock(ctx, p+"k")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holdersOf(t, l) == 5 }, 5*time.Second, 5*time.Millisecond)
+
+	blackhole(t, 3, 4)
+	require.NoError(t, l.Unlock(ctx), "three of five released")
+	require.Eventually(t, func() bool { return both(redlock.BreakerOpen) }, 10*time.Second, 5*time.Millisecond,
+		"the failed retries open both breakers")
+	assert.Equal(t, 2, holdersOf(t, l), "the dropped releases did not reach nodes 3 and 4")
+	shared.Heal(3)
+	shared.Heal(4)
+	healed := time.Now()
+	require.Eventually(t, func() bool { return holdersOf(t, l) == 0 }, time.Second, 5*time.Millisecond,
+		"the key is gone from nodes 3 and 4 within a second of the network healing (cooldown 10s)")
+	t.Logf("key gone from the healed nodes %v after they healed", time.Since(healed).Round(time.Millisecond))
+	assert.Eventually(t, func() bool { return both(redlock.BreakerClosed) }, time.Second, 5*time.Millisecond,
+		"the answers closed the breakers")
+	out.clean(t, l.Token())
+}
+
 // holdersOf counts the nodes that hold l's token, read directly.
 func holdersOf(t *testing.T, l *redlock.Lock) int {
 	t.Helper()

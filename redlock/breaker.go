@@ -32,8 +32,13 @@ import (
 // (node.LateAnswerer; the redigo node tells). A lock whose commands never
 // reached a skipped node is not released there either: it has no key to
 // release. A lock that did send a command there before the breaker opened
-// (or whose acquire is the probe) still sends its release, once. Safety
-// does not change: a skipped node is a failed node. The zero value of
+// (or whose acquire is the probe) still sends its release, once; a
+// release or Leave that failed there is finished in the background past
+// the breaker, one call at a time per node at most every node timeout,
+// and the first the node answers closes the breaker (the node is back):
+// otherwise its key would block the lock for a whole cooldown after the
+// node came back. Safety does not change: a skipped node is a failed
+// node. The zero value of
 // each field picks the default in its comment.
 type Breaker struct {
 	// Failures is how many failures open the breaker. Default 3;
@@ -240,6 +245,27 @@ func (b *breaker) unsent(now time.Time, gen uint64) (t transition) {
 	if gen == b.gen && b.state == BreakerHalfOpen {
 		b.reopen = now
 		b.setState(BreakerOpen)
+	}
+	t.to = b.state
+	return t
+}
+
+// answered records that the node answered a call that allow did not let
+// through (a background repair, see Client.repaired): an open or
+// half-open breaker closes, as after a probe that succeeded, its
+// cooldown back at the start.
+func (b *breaker) answered() (t transition) {
+	if b == nil {
+		return t
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer b.settle()
+	t.from = b.state
+	if b.state != BreakerClosed {
+		b.cooldown = b.cfg.Cooldown
+		b.fails = 0
+		b.setState(BreakerClosed)
 	}
 	t.to = b.state
 	return t

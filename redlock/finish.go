@@ -25,13 +25,15 @@ import (
 // not one goroutine per lock. The interval doubles from finishFirst up
 // to the node's timeout, no further: once the node answers again, its
 // releases are done within about two of its timeouts (the try under
-// way, the wait, the next try), not a TTL; and while its breaker is
-// open no call goes at all. A release leaves the queue when the node
+// way, the wait, the next try), not a TTL. Its breaker does not hold
+// it back (see Client.repaired): the worker sends one call at a time,
+// so a node that is down costs one call per node timeout while releases
+// are owed to it, and the first one it answers closes its breaker. A
+// release leaves the queue when the node
 // answers it (done, or the key is not ours: absent or another token),
 // refuses it for good (node.Permanent), or the key's TTL has ended it
-// anyway. Close lets the queues run for closeGrace more, calling nodes
-// whose breaker is open too, then reports what is left (ErrAbandoned);
-// those keys expire by their TTL.
+// anyway. Close lets the queues run for closeGrace more, then reports
+// what is left (ErrAbandoned); those keys expire by their TTL.
 const (
 	finishFirst = 20 * time.Millisecond // first wait before a retry (the next: finishAgain)
 	watchMax    = 2 * time.Second       // longest wait between tries of a watched release
@@ -201,20 +203,13 @@ func (c *Client) finishOne(i int, f *finisher, r release, watched int, closing t
 		// nothing, and leave the SET's key for a TTL.
 		return c.finishAgain(i, wait)
 	}
-	// The node's breaker decides as for any call: no call while it
-	// is open (the release waits for the node to come back), and a
-	// retry may be the probe. Close's grace is the last chance,
-	// though: then the release goes to a skipped node too (the node
-	// may be back before its cooldown ends), bounded by the node
-	// timeout and the grace, and its outcome is not counted.
+	// Sent whether the node's breaker is open or not (see
+	// Client.repaired): the node may be back before its cooldown
+	// ends, and the key would stay until then. A retry may be the
+	// probe; an answer past an open breaker closes it.
 	ok, gen := c.allow(i)
-	if !ok && closing.IsZero() {
-		return c.finishAgain(i, wait)
-	}
 	res, took, err := c.sendRelease(i, r, watched >= 0)
-	if ok {
-		c.record(i, gen, err)
-	}
+	c.repaired(i, ok, gen, err)
 	c.callDone(i, "release", took, err)
 	if watched >= 0 {
 		failed := err != nil && !node.Permanent(err)

@@ -147,6 +147,24 @@ func (c *Client) record(i int, gen uint64, err error) {
 	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err) && !c.answersLate(i, err)))
 }
 
+// repaired tells node i's breaker how a background repair's call ended
+// (a release being finished, an owed Leave). Such a call goes whatever
+// the breaker says, at the repair's own pace: a key it has not removed
+// blocks the lock once the node is back, for as long as the breaker
+// stays open (its cooldown, 1 s doubling to 30 s), where the torture's
+// release oracle allows a node timeout and a round trip. Where the
+// breaker let it through (ok, gen from allow) it counts as any call;
+// where the breaker was open, an answer is proof that the node is back
+// and closes it, and a failure counts for nothing.
+func (c *Client) repaired(i int, ok bool, gen uint64, err error) {
+	switch {
+	case ok:
+		c.record(i, gen, err)
+	case c.breakers != nil && !nodeDown(err):
+		c.breakerMoved(i, c.breakers[i].answered())
+	}
+}
+
 // unused tells node i's breaker that a call it let through was not made
 // (the command passed: see round.passes).
 func (c *Client) unused(i int, gen uint64) {

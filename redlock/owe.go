@@ -160,7 +160,8 @@ func (c *Client) resendDue() {
 // must not hold a key it was handed for a lease); the doubling wait of a
 // watched release (up to watchMax) left such keys for up to 2 s. The
 // cost is a Leave per node timeout per debt, for a lease at most, and
-// only after a timeout; an open breaker sends none.
+// only after a timeout; to a node whose breaker is open, one Leave per
+// node timeout in all (see sendLeaves).
 func (c *Client) resendMax(i int) time.Duration {
 	return max(finishFirst, c.nodeTimeout(i))
 }
@@ -309,17 +310,24 @@ func (c *Client) leaveOwed() {
 }
 
 // sendLeaves sends each Leave of owed, in parallel, each within its
-// node's timeout, and returns when all have returned. With breakers, a
-// node whose breaker is open gets none, and the answers count for it
-// (Close sends regardless: its last word to the nodes).
+// node's timeout, and returns when all have returned. With breakers, the
+// answers count for the nodes' breakers (see Client.repaired), and a
+// node whose breaker is open gets one Leave of owed only, which the
+// others wait behind (each debt keeps its schedule): a repair goes past
+// the breaker, one call at a time. Close sends every one without
+// counting them: its last word to the nodes.
 func (c *Client) sendLeaves(owed []owedLeave, breakers bool) {
 	var wg sync.WaitGroup
+	var probing []int // nodes whose breaker is open and that got their one Leave
 	for _, o := range owed {
+		var ok bool
 		var gen uint64
 		if breakers {
-			var ok bool
 			if ok, gen = c.allow(o.i); !ok {
-				continue
+				if slices.Contains(probing, o.i) {
+					continue
+				}
+				probing = append(probing, o.i)
 			}
 		}
 		wg.Add(1)
@@ -330,7 +338,7 @@ func (c *Client) sendLeaves(owed []owedLeave, breakers bool) {
 			start := c.clk.Now()
 			err := c.nodes[o.i].(node.Handoffer).Leave(ctx, &o.k)
 			if breakers {
-				c.record(o.i, gen, err)
+				c.repaired(o.i, ok, gen, err)
 			}
 			c.callDone(o.i, "leave", c.clk.Since(start), err)
 		}()
