@@ -418,7 +418,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 			return g, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-c.life.done:
 			return nil, ErrClosed
 		}
 		if announced {

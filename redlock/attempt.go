@@ -20,7 +20,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 		return nil, nil, ErrClosed
 	}
 	l, qe := c.try(ctx, key, cfg, wait, ticket, grant, token)
-	c.bg.Done()
+	c.life.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
 	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.Debug("redlock: attempt failed", "key", key, "validity", qe.Validity, "err", qe)
@@ -63,10 +63,10 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 // and grant, in cfg's queue when it has one.
 func (c *Client) attemptKey(key, token string, cfg *config, ticket int64, grant string) node.Key {
 	k := node.NewKey(key, token)
-	k.Owner = c.tag
+	k.Owner = c.caps.tag
 	if cfg.shared {
 		k = node.NewSharedKey(key, k.Token)
-		k.Owner = c.rtag
+		k.Owner = c.caps.rtag
 	}
 	k.Ticket, k.Grant = ticket, grant
 	if cfg.queue != "" {
@@ -84,7 +84,7 @@ func (c *Client) attemptKey(key, token string, cfg *config, ticket int64, grant 
 func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *QuorumError {
 	key := l.k.Name
 	requeue := int64(0)
-	if wait && c.handoff && !cfg.shared && cfg.queue == "" {
+	if wait && c.caps.handoff && !cfg.shared && cfg.queue == "" {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.

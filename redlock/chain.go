@@ -134,7 +134,7 @@ func (ch *chain) send(ctx context.Context, cmd command) *round {
 	// had returned, and every wait for one that had not.
 	r.rctx, r.cancel = context.WithTimeout(r.base, ch.timeout)
 	r.left.Store(int32(n))
-	ch.c.bg.Add(1)
+	ch.c.life.bg.Add(1)
 	r.Start(ch.c.clk, n, r)
 	return r
 }
@@ -200,7 +200,7 @@ func (r *round) Call(i int) (node.Result, error) {
 		}
 	case r.passes(i, prev):
 		return r.passed(i, prev)
-	case c.rtts == nil:
+	case c.health.rtts == nil:
 		res, err = r.do(r.rctx, i, prev)
 	default:
 		res, took, err = r.timed(i, prev)
@@ -209,7 +209,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	r.next[i].late = runsLate(err) || r.ch.lateBefore(prev)
 	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
-	if c.rtts != nil {
+	if c.health.rtts != nil {
 		c.adapt(i, took, err)
 	}
 	switch {
@@ -254,7 +254,7 @@ func (r *round) passed(i int, prev *step) (node.Result, error) {
 func (r *round) end() {
 	if r.left.Add(-1) == 0 {
 		r.cancel()
-		r.ch.c.bg.Done()
+		r.ch.c.life.bg.Done()
 	}
 }
 

@@ -37,14 +37,32 @@ import (
 type Client struct {
 	// Set by New and never changed.
 	nodes  []node.Node
-	owned  bool // nodes were made by Dial and are closed by Close
 	quorum int
 	cfg    config
 	log    *slog.Logger
 	clk    clock.Clock
-	// breakers has one circuit breaker per node, nil when turned off;
-	// each guards itself.
-	breakers []*breaker
+	// caps is what the nodes can do, and this client's names on them.
+	caps capabilities
+	// health has per node the circuit breaker and the round-trip
+	// estimate (breaker.go, rto.go).
+	health health
+	// life is the client's operations in progress and its Close.
+	life lifecycle
+	// lq is the local queue of Lock calls per key and the handoffs
+	// between them (wait.go, handoff.go).
+	lq local
+	// reg is the client half of the nodes' queue: registrations, the
+	// Leaves owed and the queues to sweep at Close (leave.go, owe.go).
+	reg registry
+	// fin is per node the releases being finished (finish.go).
+	fin finishers
+}
+
+// capabilities is what a client's nodes can do, and its names there; set
+// by New and never changed.
+type capabilities struct {
+	// owned: the nodes were made by Dial and are closed by Close.
+	owned bool
 	// noFence is the error of a fenced lock on these nodes: nil when
 	// every node is a node.Fencer.
 	noFence error
@@ -55,13 +73,23 @@ type Client struct {
 	tag     string
 	rtag    string
 	handoff bool
+}
+
+// health is what a client keeps per node to judge it.
+type health struct {
+	// breakers has one circuit breaker per node, nil when turned off;
+	// each guards itself.
+	breakers []*breaker
 	// rtts has one round-trip estimate per node, for the adaptive node
 	// timeouts; nil when WithNodeTimeout fixes them (see rto.go). lates
 	// has each node as a node.LateAnswerer (nil where it is not one), for
 	// the estimates and the breaker (answersLate).
 	rtts  []rtt
 	lates []node.LateAnswerer
+}
 
+// lifecycle is a client's operations in progress and its Close.
+type lifecycle struct {
 	// mu guards closed and the bg.Add that starts an operation (begin);
 	// it is never held across I/O.
 	mu     sync.Mutex
@@ -72,25 +100,16 @@ type Client struct {
 	// including those still running after their caller returned. An
 	// operation's own count lets its rounds add theirs while Close waits.
 	bg sync.WaitGroup
-	// qmu guards queues: per key, the local FIFO of this client's Lock
-	// calls waiting for it.
-	qmu     sync.Mutex
-	queues  map[string]*turnstile
-	hot     map[string]time.Time     // guarded by qmu: when a Lock call on the key last had to wait (see hotFor)
-	owed    []owedLeave              // guarded by qmu: Leaves sent again until their debt ends, and by Close (see owe)
-	reowing bool                     // guarded by qmu: resend is running
-	live    map[*node.Key]bool       // guarded by qmu: the registrations of waiting calls (see register)
-	leaving map[string]chan struct{} // guarded by qmu: per queue, closed once the last call's Leaves have returned (see registerAfterLeaves)
-	touched map[string]touched       // guarded by qmu: per queue, where a call of this client registered lately (see sweep)
-	byGrant map[*Lock]bool           // guarded by qmu: locks taken by grants, until unlocked or expired (see sweep)
-	// finish has one queue per node of releases that failed for a reason
-	// that may pass, and finishing counts the goroutines working them
-	// (see finishLater).
-	finish    []finisher
-	finishing sync.WaitGroup
 	// closeOnce runs Close's work once; closeErr is its result.
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// finishers is per node the queue of releases that failed for a reason
+// that may pass, and the goroutines working them (see finishLater).
+type finishers struct {
+	per []finisher
+	wg  sync.WaitGroup
 }
 
 // New returns a client over nodes, which must be independent masters (no
@@ -174,19 +193,24 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		}
 		q = cfg.quorum
 	}
-	c := &Client{nodes: nodes, owned: owned, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock, done: make(chan struct{}), queues: map[string]*turnstile{}, hot: map[string]time.Time{}, live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{}, touched: map[string]touched{}, byGrant: map[*Lock]bool{},
-		finish: make([]finisher, n), breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout()), noFence: noFence}
-	c.lates = make([]node.LateAnswerer, n)
-	c.handoff = true
+	c := &Client{nodes: nodes, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock,
+		caps:   capabilities{owned: owned, noFence: noFence},
+		health: health{breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout())},
+		life:   lifecycle{done: make(chan struct{})},
+		lq:     local{queues: map[string]*turnstile{}, hot: map[string]time.Time{}},
+		reg:    registry{live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{}, touched: map[string]touched{}, byGrant: map[*Lock]bool{}},
+		fin:    finishers{per: make([]finisher, n)}}
+	c.health.lates = make([]node.LateAnswerer, n)
+	c.caps.handoff = true
 	for i, nd := range nodes {
-		c.lates[i], _ = nd.(node.LateAnswerer)
+		c.health.lates[i], _ = nd.(node.LateAnswerer)
 		_, ok := nd.(node.Handoffer)
-		c.handoff = c.handoff && ok
+		c.caps.handoff = c.caps.handoff && ok
 	}
-	c.tag = newToken()[:16]
-	c.rtag = readerTag(c.tag)
+	c.caps.tag = newToken()[:16]
+	c.caps.rtag = readerTag(c.caps.tag)
 	if cfg.nodeTimeout == 0 {
-		c.rtts = make([]rtt, n)
+		c.health.rtts = make([]rtt, n)
 	}
 	if n%2 == 0 {
 		c.log.Warn("redlock: even number of nodes tolerates no more failures than one fewer", "nodes", n, "quorum", q)
@@ -217,27 +241,27 @@ func (c *Client) Quorum() int { return c.quorum }
 // than once, from any goroutine; every call returns once the client is
 // closed, with the first call's result.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		c.mu.Unlock()
-		close(c.done)
-		c.bg.Wait()
-		if c.handoff {
+	c.life.closeOnce.Do(func() {
+		c.life.mu.Lock()
+		c.life.closed = true
+		c.life.mu.Unlock()
+		close(c.life.done)
+		c.life.bg.Wait()
+		if c.caps.handoff {
 			c.leaveOwed()
 		}
-		c.finishing.Wait()
+		c.fin.wg.Wait()
 		abandoned := c.abandoned()
 		if abandoned != nil {
 			c.log.Warn("redlock: close: releases left unfinished", "err", abandoned)
 		}
 		var closed error
-		if c.owned {
+		if c.caps.owned {
 			closed = closeAll(c.nodes)
 		}
-		c.closeErr = errors.Join(abandoned, closed)
+		c.life.closeErr = errors.Join(abandoned, closed)
 	})
-	return c.closeErr
+	return c.life.closeErr
 }
 
 // closeAll closes the nodes that can be closed.
@@ -253,14 +277,14 @@ func closeAll(nodes []node.Node) error {
 
 // begin starts an operation that may send node calls, counted in bg so
 // that Close waits for it; it reports false once the client is closed.
-// Every true must be matched by c.bg.Done().
+// Every true must be matched by c.life.bg.Done().
 func (c *Client) begin() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.life.mu.Lock()
+	defer c.life.mu.Unlock()
+	if c.life.closed {
 		return false
 	}
-	c.bg.Add(1)
+	c.life.bg.Add(1)
 	return true
 }
 
@@ -286,8 +310,8 @@ func (c *Client) lockConfig(key string, opts []Option) (config, error) {
 	if err := cfg.check(); err != nil {
 		return cfg, err
 	}
-	if cfg.fenced && c.noFence != nil {
-		return cfg, c.noFence
+	if cfg.fenced && c.caps.noFence != nil {
+		return cfg, c.caps.noFence
 	}
 	return cfg, nil
 }

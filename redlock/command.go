@@ -56,7 +56,7 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 	}
 	switch cmd.op {
 	case "acquire": // fenced
-		if !cmd.wait || !r.ch.c.handoff {
+		if !cmd.wait || !r.ch.c.caps.handoff {
 			// Only a waiting attempt queues (node.Fencer), on nodes
 			// that keep a queue.
 			fk := *k

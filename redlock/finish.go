@@ -75,7 +75,7 @@ type finisher struct {
 }
 
 // finishLater queues r on node i and starts the node's worker if none
-// runs. It is called from a node call counted in c.bg, so Close, which
+// runs. It is called from a node call counted in c.life.bg, so Close, which
 // waits for bg before it waits for the workers, never misses one.
 func (c *Client) finishLater(i int, r release) {
 	c.enqueue(i, r, false)
@@ -84,7 +84,7 @@ func (c *Client) finishLater(i int, r release) {
 // enqueue adds r to node i's queue, or to its watched releases, and
 // starts the node's worker if none runs.
 func (c *Client) enqueue(i int, r release, watch bool) {
-	f := &c.finish[i]
+	f := &c.fin.per[i]
 	f.mu.Lock()
 	switch {
 	case watch && len(f.watched) < finishCap:
@@ -101,7 +101,7 @@ func (c *Client) enqueue(i int, r release, watch bool) {
 	f.running = f.running || start
 	f.mu.Unlock()
 	if start {
-		c.finishing.Add(1)
+		c.fin.wg.Add(1)
 		go c.finishReleases(i)
 	}
 }
@@ -109,11 +109,11 @@ func (c *Client) enqueue(i int, r release, watch bool) {
 // finishReleases works node i's queue and watched releases until both
 // are empty, or until closeGrace after Close.
 func (c *Client) finishReleases(i int) {
-	defer c.finishing.Done()
-	f := &c.finish[i]
+	defer c.fin.wg.Done()
+	f := &c.fin.per[i]
 	wait := finishFirst
 	var closing time.Time // set when Close is seen
-	done := c.done
+	done := c.life.done
 	for {
 		// Waits and the grace are on real time, not the client's clock:
 		// they pace I/O, and a test's fake clock must not hold up Close.
@@ -317,8 +317,8 @@ func (c *Client) closeGrace() time.Duration {
 func (c *Client) abandoned() error {
 	var keys []string
 	total, dropped := 0, 0
-	for i := range c.finish {
-		f := &c.finish[i]
+	for i := range c.fin.per {
+		f := &c.fin.per[i]
 		f.mu.Lock()
 		for _, k := range f.gaveUp {
 			n := f.abandoned[k]

@@ -30,10 +30,10 @@ func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, s
 // needs a round of its own), semaphores and readers, and nodes that are
 // not all Handoffers.
 func (c *Client) grantFor(cfg *config) string {
-	if !c.handoff || cfg.fenced || cfg.shared || cfg.queue != "" {
+	if !c.caps.handoff || cfg.fenced || cfg.shared || cfg.queue != "" {
 		return ""
 	}
-	return node.GrantValue(c.tag, newToken())
+	return node.GrantValue(c.caps.tag, newToken())
 }
 
 // granted returns the lock that a majority of nodes granted this call
@@ -58,7 +58,7 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 		return nil
 	}
 	k := node.NewKey(key, grant)
-	k.Owner, k.Ticket, k.Grant = c.tag, ticket, grant
+	k.Owner, k.Ticket, k.Grant = c.caps.tag, ticket, grant
 	l := newLock(c, k, cfg)
 	// The chain as if the grant were the lock's acquire, answered by
 	// every node: its release goes to all of them, a grant may come late.
@@ -98,18 +98,18 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 // valid for what the grant gave it, and a KeepAlive extends it before
 // then.
 func (l *Lock) restore(t clock.Timer) {
-	defer l.c.bg.Done()
+	defer l.c.life.bg.Done()
 	defer close(l.restored)
 	defer t.Stop()
 	select {
 	case <-t.C():
 	case <-l.hurry:
-	case <-l.c.done:
+	case <-l.c.life.done:
 		return
 	}
 	select {
 	case l.op <- struct{}{}:
-	case <-l.c.done:
+	case <-l.c.life.done:
 		return
 	}
 	defer func() { <-l.op }()

@@ -27,9 +27,9 @@ import (
 
 // offer is the head of a key's local queue, waiting in Lock after a
 // failed attempt, ready to take the lock from an Unlock of this client.
-// Its fields other than cfg are guarded by Client.qmu.
+// Its fields other than cfg are guarded by local.mu.
 type offer struct {
-	gift      chan *Lock // buffered (1), sent to under qmu: the handed-over lock, or nil: released, try now
+	gift      chan *Lock // buffered (1), sent to under local.mu: the handed-over lock, or nil: released, try now
 	cfg       config     // the waiting Lock call's settings (a copy: the call's own stays on its stack)
 	claimed   bool       // an Unlock is handing over to it
 	releasing int        // Unlocks of write locks releasing instead, which poke it once their release has returned (see claim; a read hold's pokes uncounted)
@@ -46,13 +46,13 @@ const maxChain = 16
 // when handoffs are off for it (a node that cannot, a fenced lock: its
 // fence must come from an acquire).
 func (c *Client) offer(key string, cfg *config) *offer {
-	if !c.handoff || cfg.fenced {
+	if !c.caps.handoff || cfg.fenced {
 		return nil
 	}
 	o := &offer{gift: make(chan *Lock, 1), cfg: *cfg}
-	c.qmu.Lock()
-	c.queues[key].head = o
-	c.qmu.Unlock()
+	c.lq.mu.Lock()
+	c.lq.queues[key].head = o
+	c.lq.mu.Unlock()
 	return o
 }
 
@@ -65,8 +65,8 @@ func (c *Client) awaited(o *offer) bool {
 	if o == nil {
 		return false
 	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
 	return o.claimed || o.releasing > 0
 }
 
@@ -78,16 +78,16 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 		return
 	}
 	var g *Lock
-	c.qmu.Lock()
+	c.lq.mu.Lock()
 	o.withdrawn = true
-	if q := c.queues[key]; q.head == o {
+	if q := c.lq.queues[key]; q.head == o {
 		q.head = nil
 	}
 	select {
 	case g = <-o.gift:
 	default:
 	}
-	c.qmu.Unlock()
+	c.lq.mu.Unlock()
 	if g != nil && g != ret {
 		// With the client closed this fails and the keys expire, as
 		// those of any lock held at Close.
@@ -108,12 +108,12 @@ func (c *Client) withdraw(key string, o *offer, ret *Lock) {
 // out another retry delay. Another Unlock may still hand it a lock
 // meanwhile (a semaphore's other slot).
 func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting *offer) {
-	if !c.handoff {
+	if !c.caps.handoff {
 		return nil, nil
 	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[l.queue()]
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	q := c.lq.queues[l.queue()]
 	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
 		return nil, nil
 	}
@@ -132,8 +132,8 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 // instead) and reports whether o took it: false when o's Lock call has
 // returned meanwhile.
 func (c *Client) deliver(key string, o *offer, g *Lock) bool {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
 	o.claimed = false
 	if o.withdrawn {
 		return false
@@ -146,7 +146,7 @@ func (c *Client) deliver(key string, o *offer, g *Lock) bool {
 		}
 	default:
 	}
-	if q := c.queues[key]; q != nil {
+	if q := c.lq.queues[key]; q != nil {
 		if g != nil {
 			q.chain++
 		} else {
@@ -161,8 +161,8 @@ func (c *Client) deliver(key string, o *offer, g *Lock) bool {
 // released without a handoff: it tries the nodes now (unless a handoff
 // to it is under way). released: by an Unlock counted in o.releasing.
 func (c *Client) poke(o *offer, released bool) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
 	if released {
 		o.releasing--
 	}
@@ -180,7 +180,7 @@ func (c *Client) poke(o *offer, released bool) {
 func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	c := l.c
 	k := node.NewKey(l.k.Name, newToken())
-	k.Owner = c.tag
+	k.Owner = c.caps.tag
 	if l.k.Queue != "" {
 		k = k.InQueue(l.k.Queue) // a semaphore's slot
 	}
@@ -260,7 +260,7 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 		return
 	}
 	go func() {
-		defer c.bg.Done()
+		defer c.life.bg.Done()
 		r.waitAll(nil)
 		freed := r.freed()
 		for i, rep := range r.Replies {

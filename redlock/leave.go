@@ -15,6 +15,18 @@ import (
 // returned (inflight); a Leave that such a command may still undo is
 // owed (owe.go).
 
+// registry is the client half of the nodes' queue, under a mutex of its
+// own, never held across I/O.
+type registry struct {
+	mu      sync.Mutex
+	live    map[*node.Key]bool       // the registrations of waiting calls (see register)
+	leaving map[string]chan struct{} // per queue, closed once the last call's Leaves have returned (see registerAfterLeaves)
+	owed    []owedLeave              // Leaves sent again until their debt ends, and by Close (see owe)
+	reowing bool                     // resend is running
+	touched map[string]touched       // per queue, where a call of this client registered lately (see sweep)
+	byGrant map[*Lock]bool           // locks taken by grants, until unlocked or expired (see sweep)
+}
+
 // inflight is a waiting attempt's commands that may register its call
 // in a node's queue: the acquire (a waiting Acquire queues the caller)
 // and, when it requeues (node.Key.Requeue), its rollback, one step per
@@ -67,9 +79,9 @@ func settledOn(sent []*inflight, i int) bool {
 }
 
 // registered reports whether a waiting call of this client is registered
-// in k's queue under k's owner tag (see register). Under c.qmu.
+// in k's queue under k's owner tag (see register). Under c.reg.mu.
 func (c *Client) registered(k *node.Key) bool {
-	for r := range c.live {
+	for r := range c.reg.live {
 		if r.Name == k.Name && r.Queue == k.Queue && r.Owner == k.Owner {
 			return true
 		}
@@ -82,21 +94,21 @@ func (c *Client) registered(k *node.Key) bool {
 // (leaveWaiters takes it out); Close leaves the queue for the calls it
 // ends (leaveOwed).
 func (c *Client) register(key, queue, grant string, shared bool) *node.Key {
-	if !c.handoff {
+	if !c.caps.handoff {
 		return nil
 	}
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
+	c.reg.mu.Lock()
+	defer c.reg.mu.Unlock()
 	return c.registerLocked(key, queue, grant, shared)
 }
 
-// registerLocked is register under c.qmu.
+// registerLocked is register under c.reg.mu.
 func (c *Client) registerLocked(key, queue, grant string, shared bool) *node.Key {
-	k := &node.Key{Name: key, Owner: c.tag, Queue: queue, Grant: grant}
+	k := &node.Key{Name: key, Owner: c.caps.tag, Queue: queue, Grant: grant}
 	if shared {
-		k.Owner = c.rtag
+		k.Owner = c.caps.rtag
 	}
-	c.live[k] = true
+	c.reg.live[k] = true
 	c.touch(k)
 	return k
 }
@@ -111,28 +123,28 @@ func leavingKey(key, queue string) string { return key + "\x00" + queue }
 // call's entry out (and hand a key reserved for the client on). Leaves
 // of one key go one call after another, as the calls do (the key's
 // local queue). The check and the registration are one step under
-// c.qmu, so that an owed Leave coming due (resendDue) either gates the
+// c.reg.mu, so that an owed Leave coming due (resendDue) either gates the
 // call or finds it registered and waits. It returns ctx's error or
 // ErrClosed if either ends the wait first.
 func (c *Client) registerAfterLeaves(ctx context.Context, key, grant string, shared bool) (*node.Key, error) {
-	if !c.handoff {
+	if !c.caps.handoff {
 		return nil, nil
 	}
 	lk := leavingKey(key, "")
 	for {
-		c.qmu.Lock()
-		left := c.leaving[lk]
+		c.reg.mu.Lock()
+		left := c.reg.leaving[lk]
 		if left == nil {
 			k := c.registerLocked(key, "", grant, shared)
-			c.qmu.Unlock()
+			c.reg.mu.Unlock()
 			return k, nil
 		}
-		c.qmu.Unlock()
+		c.reg.mu.Unlock()
 		select {
 		case <-left:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-c.life.done:
 			return nil, ErrClosed
 		}
 	}
@@ -222,11 +234,11 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 	if !c.begin() {
 		return // closed: Close leaves for the calls still registered (leaveOwed)
 	}
-	defer c.bg.Done()
-	c.qmu.Lock()
-	live := c.live[reg]
-	delete(c.live, reg)
-	c.qmu.Unlock()
+	defer c.life.bg.Done()
+	c.reg.mu.Lock()
+	live := c.reg.live[reg]
+	delete(c.reg.live, reg)
+	c.reg.mu.Unlock()
 	if !live || l != nil && reg.Grant != "" && l.k.Token == reg.Grant {
 		// Left by Close; or granted: the granting nodes dropped the
 		// registration; the others may grant later, to l's token,
@@ -237,19 +249,19 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 	var sending sync.WaitGroup // the Leaves below, for the key's next call (registerAfterLeaves)
 	left := make(chan struct{})
 	lk := leavingKey(k.Name, k.Queue)
-	c.qmu.Lock()
-	c.leaving[lk] = left
-	c.qmu.Unlock()
-	c.bg.Add(1)
+	c.reg.mu.Lock()
+	c.reg.leaving[lk] = left
+	c.reg.mu.Unlock()
+	c.life.bg.Add(1)
 	defer func() {
 		go func() {
-			defer c.bg.Done()
+			defer c.life.bg.Done()
 			sending.Wait()
-			c.qmu.Lock()
-			if c.leaving[lk] == left {
-				delete(c.leaving, lk)
+			c.reg.mu.Lock()
+			if c.reg.leaving[lk] == left {
+				delete(c.reg.leaving, lk)
 			}
-			c.qmu.Unlock()
+			c.reg.mu.Unlock()
 			close(left)
 		}()
 	}()
@@ -261,10 +273,10 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 				continue
 			}
 		}
-		c.bg.Add(1) // within the caller's operation
+		c.life.bg.Add(1) // within the caller's operation
 		sending.Add(1)
 		go func() {
-			defer c.bg.Done()
+			defer c.life.bg.Done()
 			defer sending.Done()
 			c.leaveOn(i, k, l, acq, sent)
 		}()

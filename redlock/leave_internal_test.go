@@ -50,7 +50,7 @@ func TestLeaveWaitsOnlyForCommandsThatRegister(t *testing.T) {
 		c, err := New([]node.Node{n}, WithNodeTimeout(5*time.Second))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
-		require.True(t, c.handoff)
+		require.True(t, c.caps.handoff)
 		ch := &chain{c: c}
 		f := &inflight{ch: ch, acq: make([]step, 1), rb: make([]step, 1), requeues: requeues}
 		ch.finish(&f.acq[0], node.Result{Status: node.Taken}, nil)
@@ -60,7 +60,7 @@ func TestLeaveWaitsOnlyForCommandsThatRegister(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			c.leaveOn(0, node.Key{Name: "k", Owner: c.tag}, nil, nil, []*inflight{f})
+			c.leaveOn(0, node.Key{Name: "k", Owner: c.caps.tag}, nil, nil, []*inflight{f})
 		}()
 		return done
 	}

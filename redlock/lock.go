@@ -352,7 +352,7 @@ func (l *Lock) begin(ctx context.Context, op string) error {
 }
 
 func (l *Lock) end() {
-	l.c.bg.Done()
+	l.c.life.bg.Done()
 	<-l.op
 }
 

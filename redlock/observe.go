@@ -124,27 +124,27 @@ func newNodeBreakers(cfg Breaker, n int, nodeTimeout time.Duration) []*breaker {
 
 // allow asks node i's breaker whether a call may go.
 func (c *Client) allow(i int) (bool, uint64) {
-	if c.breakers == nil {
+	if c.health.breakers == nil {
 		return true, 0
 	}
-	if ok, gen := c.breakers[i].quick(); ok {
+	if ok, gen := c.health.breakers[i].quick(); ok {
 		return true, gen
 	}
-	ok, gen, t := c.breakers[i].allow(c.clk.Now())
+	ok, gen, t := c.health.breakers[i].allow(c.clk.Now())
 	c.breakerMoved(i, t)
 	return ok, gen
 }
 
 // record tells node i's breaker how a call it let through ended.
 func (c *Client) record(i int, gen uint64, err error) {
-	if c.breakers == nil || (err == nil && c.breakers[i].quickDone(gen)) {
+	if c.health.breakers == nil || (err == nil && c.health.breakers[i].quickDone(gen)) {
 		return
 	}
 	if errors.Is(err, errPrevPending) {
-		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
+		c.breakerMoved(i, c.health.breakers[i].unsent(c.clk.Now(), gen))
 		return
 	}
-	c.breakerMoved(i, c.breakers[i].done(c.clk.Now(), gen, nodeDown(err) && !c.answersLate(i, err)))
+	c.breakerMoved(i, c.health.breakers[i].done(c.clk.Now(), gen, nodeDown(err) && !c.answersLate(i, err)))
 }
 
 // repaired tells node i's breaker how a background repair's call ended
@@ -160,16 +160,16 @@ func (c *Client) repaired(i int, ok bool, gen uint64, err error) {
 	switch {
 	case ok:
 		c.record(i, gen, err)
-	case c.breakers != nil && !nodeDown(err):
-		c.breakerMoved(i, c.breakers[i].answered())
+	case c.health.breakers != nil && !nodeDown(err):
+		c.breakerMoved(i, c.health.breakers[i].answered())
 	}
 }
 
 // unused tells node i's breaker that a call it let through was not made
 // (the command passed: see round.passes).
 func (c *Client) unused(i int, gen uint64) {
-	if c.breakers != nil && !c.breakers[i].quickDone(gen) {
-		c.breakerMoved(i, c.breakers[i].unsent(c.clk.Now(), gen))
+	if c.health.breakers != nil && !c.health.breakers[i].quickDone(gen) {
+		c.breakerMoved(i, c.health.breakers[i].unsent(c.clk.Now(), gen))
 	}
 }
 
@@ -202,7 +202,7 @@ func (c *Client) callDone(i int, op string, latency time.Duration, err error) {
 // deadline within the last two of the node's timeouts (node.LateAnswerer). Such a
 // timeout does not count against the node: a slow node is not down.
 func (c *Client) answersLate(i int, err error) bool {
-	la := c.lates[i]
+	la := c.health.lates[i]
 	if la == nil || !errors.Is(err, node.ErrTimeout) || errors.Is(err, node.ErrPoolWait) {
 		// A wait for a pooled connection is not excused: this client
 		// sends the node more than its pool carries, and shedding the

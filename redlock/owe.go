@@ -44,20 +44,20 @@ const maxOwed = 4096
 // more (leaveOwed).
 func (c *Client) owe(k node.Key, i int) {
 	now := c.clk.Now()
-	c.qmu.Lock()
-	c.owed = slices.DeleteFunc(c.owed, func(o owedLeave) bool { return !now.Before(o.until) })
-	if len(c.owed) < maxOwed {
-		c.owed = append(c.owed, owedLeave{k: k, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout()),
+	c.reg.mu.Lock()
+	c.reg.owed = slices.DeleteFunc(c.reg.owed, func(o owedLeave) bool { return !now.Before(o.until) })
+	if len(c.reg.owed) < maxOwed {
+		c.reg.owed = append(c.reg.owed, owedLeave{k: k, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout()),
 			next: now.Add(finishFirst), wait: 2 * finishFirst})
 	}
-	start := !c.reowing
-	c.reowing = true
-	c.qmu.Unlock()
+	start := !c.reg.reowing
+	c.reg.reowing = true
+	c.reg.mu.Unlock()
 	if start {
 		if !c.begin() {
-			c.qmu.Lock()
-			c.reowing = false
-			c.qmu.Unlock()
+			c.reg.mu.Lock()
+			c.reg.reowing = false
+			c.reg.mu.Unlock()
 			return // closed: Close sends them (leaveOwed)
 		}
 		go c.resend()
@@ -67,31 +67,31 @@ func (c *Client) owe(k node.Key, i int) {
 // resend sends the owed Leaves again as each one's time comes (see owe),
 // until none is owed or the client closes: one goroutine per client.
 func (c *Client) resend() {
-	defer c.bg.Done()
+	defer c.life.bg.Done()
 	for {
-		c.qmu.Lock()
+		c.reg.mu.Lock()
 		now := c.clk.Now()
-		c.owed = slices.DeleteFunc(c.owed, func(o owedLeave) bool { return !now.Before(o.until) })
-		if len(c.owed) == 0 {
-			c.reowing = false
-			c.qmu.Unlock()
+		c.reg.owed = slices.DeleteFunc(c.reg.owed, func(o owedLeave) bool { return !now.Before(o.until) })
+		if len(c.reg.owed) == 0 {
+			c.reg.reowing = false
+			c.reg.mu.Unlock()
 			return
 		}
-		next := c.owed[0].next
-		for _, o := range c.owed[1:] {
+		next := c.reg.owed[0].next
+		for _, o := range c.reg.owed[1:] {
 			if o.next.Before(next) {
 				next = o.next
 			}
 		}
-		c.qmu.Unlock()
+		c.reg.mu.Unlock()
 		t := c.clk.NewTimer(next.Sub(now))
 		select {
 		case <-t.C():
-		case <-c.done:
+		case <-c.life.done:
 			t.Stop()
-			c.qmu.Lock()
-			c.reowing = false
-			c.qmu.Unlock()
+			c.reg.mu.Lock()
+			c.reg.reowing = false
+			c.reg.mu.Unlock()
 			return
 		}
 		c.resendDue()
@@ -118,9 +118,9 @@ func (c *Client) resendDue() {
 	left := make(chan struct{})
 	var due []owedLeave
 	var gated []string
-	c.qmu.Lock()
-	for j := range c.owed {
-		o := &c.owed[j]
+	c.reg.mu.Lock()
+	for j := range c.reg.owed {
+		o := &c.reg.owed[j]
 		if o.next.After(now) {
 			continue
 		}
@@ -131,25 +131,25 @@ func (c *Client) resendDue() {
 			continue
 		}
 		lk := leavingKey(o.k.Name, o.k.Queue)
-		if g := c.leaving[lk]; g != nil && g != left {
+		if g := c.reg.leaving[lk]; g != nil && g != left {
 			continue // a call's Leaves are on their way: after them
 		}
-		if c.leaving[lk] == nil {
-			c.leaving[lk] = left
+		if c.reg.leaving[lk] == nil {
+			c.reg.leaving[lk] = left
 			gated = append(gated, lk)
 		}
 		o.next, o.wait = now.Add(o.wait), min(2*o.wait, c.resendMax(o.i))
 		due = append(due, *o)
 	}
-	c.qmu.Unlock()
+	c.reg.mu.Unlock()
 	c.sendLeaves(due, true)
-	c.qmu.Lock()
+	c.reg.mu.Lock()
 	for _, lk := range gated {
-		if c.leaving[lk] == left {
-			delete(c.leaving, lk)
+		if c.reg.leaving[lk] == left {
+			delete(c.reg.leaving, lk)
 		}
 	}
-	c.qmu.Unlock()
+	c.reg.mu.Unlock()
 	close(left)
 }
 
@@ -178,38 +178,38 @@ type touched struct {
 // what a late command registers lapses with its lease.
 const maxTouched = 4096
 
-// touch remembers k's queue for the sweep at Close. Under c.qmu.
+// touch remembers k's queue for the sweep at Close. Under c.reg.mu.
 func (c *Client) touch(k *node.Key) {
 	now := c.clk.Now()
 	lk := leavingKey(k.Name, k.Queue) + "\x00" + k.Owner
-	if _, ok := c.touched[lk]; !ok && len(c.touched) >= maxTouched {
-		maps.DeleteFunc(c.touched, func(_ string, t touched) bool { return !now.Before(t.until) })
-		if len(c.touched) >= maxTouched {
+	if _, ok := c.reg.touched[lk]; !ok && len(c.reg.touched) >= maxTouched {
+		maps.DeleteFunc(c.reg.touched, func(_ string, t touched) bool { return !now.Before(t.until) })
+		if len(c.reg.touched) >= maxTouched {
 			return
 		}
 	}
-	c.touched[lk] = touched{k: node.Key{Name: k.Name, Queue: k.Queue, Owner: k.Owner},
+	c.reg.touched[lk] = touched{k: node.Key{Name: k.Name, Queue: k.Queue, Owner: k.Owner},
 		until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout())}
 }
 
 // touchQueue is touch for a waiting attempt of client tag owner at key
 // name in queue (a semaphore's line), which no register records.
 func (c *Client) touchQueue(name, queue, owner string) {
-	if !c.handoff {
+	if !c.caps.handoff {
 		return
 	}
-	c.qmu.Lock()
+	c.reg.mu.Lock()
 	c.touch(&node.Key{Name: name, Queue: queue, Owner: owner})
-	c.qmu.Unlock()
+	c.reg.mu.Unlock()
 }
 
 // heldByGrant records l, a lock taken by grants, until it is unlocked or
 // its validity ends: the sweep at Close leaves its key alone, since a
 // lock still held at Close is not released (it expires).
 func (c *Client) heldByGrant(l *Lock) {
-	c.qmu.Lock()
-	locks := slices.Collect(maps.Keys(c.byGrant))
-	c.qmu.Unlock()
+	c.reg.mu.Lock()
+	locks := slices.Collect(maps.Keys(c.reg.byGrant))
+	c.reg.mu.Unlock()
 	var gone []*Lock
 	for _, o := range locks {
 		o.mu.Lock()
@@ -218,12 +218,12 @@ func (c *Client) heldByGrant(l *Lock) {
 		}
 		o.mu.Unlock()
 	}
-	c.qmu.Lock()
+	c.reg.mu.Lock()
 	for _, o := range gone {
-		delete(c.byGrant, o)
+		delete(c.reg.byGrant, o)
 	}
-	c.byGrant[l] = true
-	c.qmu.Unlock()
+	c.reg.byGrant[l] = true
+	c.reg.mu.Unlock()
 }
 
 // sweep is Close's Leave for good (node.LeaveAll) of every queue a call
@@ -238,11 +238,11 @@ func (c *Client) heldByGrant(l *Lock) {
 // send (see leaveOwed).
 func (c *Client) sweep() []owedLeave {
 	now := c.clk.Now()
-	c.qmu.Lock()
-	ts := slices.Collect(maps.Values(c.touched))
-	clear(c.touched)
-	locks := slices.Collect(maps.Keys(c.byGrant))
-	c.qmu.Unlock()
+	c.reg.mu.Lock()
+	ts := slices.Collect(maps.Values(c.reg.touched))
+	clear(c.reg.touched)
+	locks := slices.Collect(maps.Keys(c.reg.byGrant))
+	c.reg.mu.Unlock()
 	held := map[string]bool{}
 	for _, l := range locks {
 		l.mu.Lock()
@@ -282,17 +282,17 @@ func (c *Client) sweep() []owedLeave {
 // Close then takes that much longer.
 func (c *Client) leaveOwed() {
 	now := c.clk.Now()
-	c.qmu.Lock()
-	owed := c.owed
-	c.owed = nil
+	c.reg.mu.Lock()
+	owed := c.reg.owed
+	c.reg.owed = nil
 	late := len(owed) > 0 // a command timed out lately: it may still run
-	for k := range c.live {
+	for k := range c.reg.live {
 		for i := range c.nodes {
 			owed = append(owed, owedLeave{k: *k, i: i, until: now.Add(time.Hour)})
 		}
 	}
-	clear(c.live)
-	c.qmu.Unlock()
+	clear(c.reg.live)
+	c.reg.mu.Unlock()
 	owed = slices.DeleteFunc(owed, func(o owedLeave) bool { return !now.Before(o.until) })
 	// With the owed and live Leaves (each of which hands on its own
 	// call's grant), the sweep of every queue the client registered in.

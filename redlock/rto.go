@@ -100,19 +100,19 @@ func (r *round) callCtx(i int) (ctx context.Context, cancel context.CancelFunc) 
 // when that is longer.
 func (r *round) timeout(i int) time.Duration {
 	c := r.ch.c
-	if c.rtts == nil {
+	if c.health.rtts == nil {
 		return r.ch.timeout
 	}
-	if la := c.lates[i]; la != nil {
-		c.rtts[i].lateSample(la)
+	if la := c.health.lates[i]; la != nil {
+		c.health.rtts[i].lateSample(la)
 	}
-	return c.rtts[i].timeout(r.ch.timeout, r.ch.maxTimeout)
+	return c.health.rtts[i].timeout(r.ch.timeout, r.ch.maxTimeout)
 }
 
 // adapt feeds node i's estimate with a call that took took (0: not
 // measured) and ended with err.
 func (c *Client) adapt(i int, took time.Duration, err error) {
-	e := &c.rtts[i]
+	e := &c.health.rtts[i]
 	switch {
 	case err == nil:
 		if took > 0 {
@@ -125,10 +125,10 @@ func (c *Client) adapt(i int, took time.Duration, err error) {
 
 // nodeTimeout is node i's timeout now, for calls outside a lock's rounds.
 func (c *Client) nodeTimeout(i int) time.Duration {
-	if c.rtts == nil {
+	if c.health.rtts == nil {
 		return c.cfg.timeout()
 	}
-	return c.rtts[i].timeout(c.cfg.timeout(), c.cfg.maxTimeout())
+	return c.health.rtts[i].timeout(c.cfg.timeout(), c.cfg.maxTimeout())
 }
 
 // spread is how long after one node announces a release the others of a
@@ -139,13 +139,13 @@ func (c *Client) nodeTimeout(i int) time.Duration {
 // fixed node timeout (no estimates): then a waiter tries at the first
 // announcement.
 func (c *Client) spread() time.Duration {
-	if c.rtts == nil {
+	if c.health.rtts == nil {
 		return 0
 	}
 	var d [16]time.Duration
 	ds := d[:0]
-	for i := range c.rtts {
-		e := &c.rtts[i]
+	for i := range c.health.rtts {
+		e := &c.health.rtts[i]
 		if s := e.srtt.Load(); s > 0 {
 			ds = append(ds, time.Duration(s+4*e.rttvar.Load()))
 		}

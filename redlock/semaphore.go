@@ -48,9 +48,9 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	case permits < 1:
 		return nil, fmt.Errorf("%w: semaphore %q with %d permits (at least 1)", ErrInvalid, name, permits)
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
+	c.life.mu.Lock()
+	closed := c.life.closed
+	c.life.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
 	}
@@ -220,7 +220,7 @@ func (sw *semWait) inherit() bool {
 	sw.subscribed = true
 	sw.hint = sw.w.pending()
 	listening := sw.w.listeningEach(len(s.slots), c.quorum)
-	if !c.handoff {
+	if !c.caps.handoff {
 		return sw.hint != nil || !listening
 	}
 	// The previous head's place in the line, if it had one
@@ -391,7 +391,7 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 			// A waiting attempt registers the client in the line:
 			// Close's sweep leaves it for good, also where this call's
 			// place passes to a waiter that ends before its turn.
-			s.c.touchQueue(s.slots[slot], s.queue, s.c.tag)
+			s.c.touchQueue(s.slots[slot], s.queue, s.c.caps.tag)
 		}
 		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "")
 		switch {

@@ -20,9 +20,9 @@ import (
 // to the next waiter in the client's queue key, and reports whether
 // there is one to take them (else the caller stops them and leaves).
 func (c *Client) passOn(key string, w *watches, round int, p *place, unplace func()) bool {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[key]
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	q := c.lq.queues[key]
 	if q == nil || len(q.waiters) < 2 || q.passed != nil {
 		return false
 	}
@@ -40,9 +40,9 @@ func (c *Client) passOn(key string, w *watches, round int, p *place, unplace fun
 // previous one would have (see Semaphore.leave); where every waiter
 // gives up before its turn, the last one's Client.leave does.
 func (c *Client) takeOver(key string) (*watches, int, *place) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[key]
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	q := c.lq.queues[key]
 	w, n, p := q.passed, q.rounds, q.place
 	q.passed, q.rounds, q.place, q.unplace = nil, 0, nil, nil
 	return w, n, p
@@ -66,7 +66,7 @@ func (s *Semaphore) watch() *watches {
 	for _, n := range c.nodes {
 		if wn, ok := n.(node.Watcher); ok {
 			for i, key := range s.slots {
-				w.named = append(w.named, wn.Watch(node.ReservedKey(key, c.tag), "", w.mine[i]))
+				w.named = append(w.named, wn.Watch(node.ReservedKey(key, c.caps.tag), "", w.mine[i]))
 			}
 		}
 	}
@@ -176,7 +176,7 @@ func (w *watches) anyReleased(ctx context.Context, c *Client, d time.Duration, o
 	}
 	cases := []reflect.SelectCase{
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.life.done)},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C())},
 		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(gift)},
 	}

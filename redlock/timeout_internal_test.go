@@ -47,7 +47,7 @@ func TestSlowButAnsweringNodeIsNotDown(t *testing.T) {
 		_, gen := c.allow(0)
 		c.record(0, gen, timeout)
 	}
-	assert.Equal(t, BreakerClosed, c.breakers[0].state, "slow but answering")
+	assert.Equal(t, BreakerClosed, c.health.breakers[0].state, "slow but answering")
 
 	// Waits for a pooled connection are not excused: they shed load.
 	poolWait := &node.Error{Addr: "late:1", Op: "acquire", Kind: node.ErrTimeout, Err: node.ErrPoolWait}
@@ -56,15 +56,15 @@ func TestSlowButAnsweringNodeIsNotDown(t *testing.T) {
 		_, gen := c.allow(0)
 		c.record(0, gen, poolWait)
 	}
-	assert.Equal(t, BreakerOpen, c.breakers[0].state, "saturated: skipped")
-	c.breakers[0] = newBreaker(Breaker{Failures: 2, Span: -1})
+	assert.Equal(t, BreakerOpen, c.health.breakers[0].state, "saturated: skipped")
+	c.health.breakers[0] = newBreaker(Breaker{Failures: 2, Span: -1})
 
 	n.last = time.Now().Add(-time.Second) // the late replies stopped
 	for range 2 {
 		_, gen := c.allow(0)
 		c.record(0, gen, timeout)
 	}
-	assert.Equal(t, BreakerOpen, c.breakers[0].state, "silent: down")
+	assert.Equal(t, BreakerOpen, c.health.breakers[0].state, "silent: down")
 }
 
 // TestRoundTripEstimate: a fast node's timeout is the floor; a slow one's
@@ -128,7 +128,7 @@ func TestWatchRetriesAFailedTryWithinATimeout(t *testing.T) {
 	c, err := New([]node.Node{&lateNode{}}, WithNodeTimeout(50*time.Millisecond))
 	assert.NoError(t, err)
 	defer c.Close()
-	f := &c.finish[0]
+	f := &c.fin.per[0]
 	r := release{k: node.Key{Name: "k", Token: "t"}}
 	f.watched = []release{r}
 	f.watched[0].every = finishFirst

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/quorumlock/redlock/node"
@@ -17,6 +18,15 @@ import (
 // which becomes a cap. Off, Lock waits its retry delays only.
 func WithNotifications(on bool) Option {
 	return clientOnly("WithNotifications", func(c *config) { c.quiet = !on })
+}
+
+// local is a client's queue of Lock calls per key (turnstile) and the
+// handoffs between them (offer, handoff.go), under a mutex of its own,
+// never held across I/O.
+type local struct {
+	mu     sync.Mutex
+	queues map[string]*turnstile // per key (or a semaphore's queue, Lock.queue): the calls waiting for it
+	hot    map[string]time.Time  // when a Lock call on the key last had to wait (see hotFor)
 }
 
 // turnstile is the local FIFO queue of one key: the goroutines of one
@@ -54,9 +64,9 @@ const maxHot = 64
 // contended reports whether a Lock call of this client on key had to
 // wait within hotFor.
 func (c *Client) contended(key string) bool {
-	c.qmu.Lock()
-	t, ok := c.hot[key]
-	c.qmu.Unlock()
+	c.lq.mu.Lock()
+	t, ok := c.lq.hot[key]
+	c.lq.mu.Unlock()
 	return ok && c.clk.Since(t) < hotFor
 }
 
@@ -65,32 +75,32 @@ func (c *Client) contended(key string) bool {
 // remember key.
 func (c *Client) waited(key string) {
 	now := c.clk.Now()
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if _, ok := c.hot[key]; !ok && len(c.hot) >= maxHot {
-		for k, t := range c.hot {
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	if _, ok := c.lq.hot[key]; !ok && len(c.lq.hot) >= maxHot {
+		for k, t := range c.lq.hot {
 			if now.Sub(t) >= hotFor {
-				delete(c.hot, k)
+				delete(c.lq.hot, k)
 			}
 		}
-		if len(c.hot) >= maxHot {
+		if len(c.lq.hot) >= maxHot {
 			return
 		}
 	}
-	c.hot[key] = now
+	c.lq.hot[key] = now
 }
 
 // join queues a Lock call for key and returns its turn: nil when it is
 // the head already, otherwise a channel closed when it becomes the head.
 // leave must be called once with the same turn, whatever happened.
 func (c *Client) join(key string) (turn chan struct{}) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	q := c.queues[key]
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	q := c.lq.queues[key]
 	if q == nil {
 		q = &turnstile{}
 		q.waiters = q.first[:0]
-		c.queues[key] = q
+		c.lq.queues[key] = q
 	}
 	if len(q.waiters) > 0 {
 		turn = make(chan struct{})
@@ -118,7 +128,7 @@ func (c *Client) awaitTurn(ctx context.Context, turn chan struct{}, giveUp time.
 		return nil
 	case <-limit:
 	case <-ctx.Done():
-	case <-c.done:
+	case <-c.life.done:
 		return ErrClosed
 	}
 	return notStarted("acquire", key, c, ctx, ErrNotAcquired)
@@ -129,8 +139,8 @@ func (c *Client) awaitTurn(ctx context.Context, turn chan struct{}, giveUp time.
 func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 	var orphan *watches
 	var unplace func()
-	c.qmu.Lock()
-	q := c.queues[key]
+	c.lq.mu.Lock()
+	q := c.lq.queues[key]
 	i := slices.Index(q.waiters, turn)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
 	switch {
@@ -140,16 +150,16 @@ func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 		if q.place != nil {
 			unplace = q.unplace
 		}
-		delete(c.queues, key)
+		delete(c.lq.queues, key)
 	case i == 0:
 		if l != nil {
 			q.holder = l
 		}
 		close(q.waiters[0])
 	}
-	c.qmu.Unlock()
+	c.lq.mu.Unlock()
 	if orphan != nil {
-		orphan.stop() // outside qmu: it may write to the nodes
+		orphan.stop() // outside local.mu: it may write to the nodes
 	}
 	if unplace != nil {
 		unplace()
@@ -160,9 +170,9 @@ func (c *Client) leave(key string, turn chan struct{}, l *Lock) {
 // still holds it: its Unlock will hand it to the head, so the head need
 // not try the nodes meanwhile.
 func (c *Client) heldHere(key string) bool {
-	c.qmu.Lock()
-	h := c.queues[key].holder
-	c.qmu.Unlock()
+	c.lq.mu.Lock()
+	h := c.lq.queues[key].holder
+	c.lq.mu.Unlock()
 	return h != nil && h.TTL() > 0
 }
 
@@ -190,14 +200,14 @@ type watches struct {
 func (c *Client) watch(key string, named, grants bool) *watches {
 	w := c.watchKeys([]string{key}, false)
 	if w != nil && named {
-		w.channel = node.ReservedKey(key, c.tag)
+		w.channel = node.ReservedKey(key, c.caps.tag)
 		w.reserved = make(chan struct{}, len(c.nodes))
 		if grants {
 			w.granted = make(chan struct{}, len(c.nodes))
 		}
 		for _, n := range c.nodes {
 			if wn, ok := n.(node.Watcher); ok {
-				w.named = append(w.named, wn.Watch(w.channel, c.tag, w.reserved))
+				w.named = append(w.named, wn.Watch(w.channel, c.caps.tag, w.reserved))
 			}
 		}
 	}
@@ -246,7 +256,7 @@ func (c *Client) watchKeys(keys []string, perKey bool) *watches {
 				if perKey {
 					ch = w.per[i]
 				}
-				w.ws = append(w.ws, wn.Watch(key, c.tag, ch))
+				w.ws = append(w.ws, wn.Watch(key, c.caps.tag, ch))
 			}
 		}
 	}
@@ -270,7 +280,7 @@ func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.done:
+		case <-c.life.done:
 			return ErrClosed
 		}
 	}
