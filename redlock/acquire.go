@@ -144,6 +144,7 @@ type waiter struct {
 	lost    bool        // a waiting attempt left a node's reply unknown: no grant is counted
 	refused bool        // an attempt failed for a reason a retry may change: this call waited
 	sent    []*inflight // waiting attempts whose commands may still register the call on a node
+	requeue bool        // a rollback of a waiting attempt requeued the call (node.Key.Requeue)
 	reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
 }
 
@@ -163,7 +164,7 @@ func (wt *waiter) end(l *Lock, err error) {
 		// node that set the key dropped the registration itself.
 		// (None when a local holder handed the key over before
 		// this call made a waiting attempt.)
-		c.leaveWaiters(wt.reg, l, wt.sent)
+		c.leaveWaiters(wt.reg, l, wt.sent, wt.requeue)
 	}
 	if wt.refused && wt.queued {
 		// Also when a grant or a handoff ended the wait after the
@@ -259,6 +260,7 @@ func (wt *waiter) failed(qe *QuorumError, attempt int) (prev int64, stop bool) {
 	qe.Attempts = attempt
 	if qe.sent != nil {
 		wt.sent = append(pending(wt.sent), qe.sent)
+		wt.requeue = wt.requeue || qe.sent.requeues
 	}
 	wt.lost = wt.lost || qe.lost
 	prev = wt.ticket

@@ -227,7 +227,9 @@ func (c *Client) leaveOn(i int, k node.Key, l *Lock, acq *step, sent []*inflight
 // run), or a Leave that fails, leaves a debt that Close pays (owe). The
 // registration k (see register; nil: none) is taken out of the client's
 // record of live ones; once the client is closed, Close leaves for it.
-func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
+// requeued: a rollback of the call's waiting attempts requeued it
+// (node.Key.Requeue), which a lock taken by grants must undo too.
+func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight, requeued bool) {
 	if reg == nil {
 		return
 	}
@@ -239,13 +241,27 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight) {
 	live := c.reg.live[reg]
 	delete(c.reg.live, reg)
 	c.reg.mu.Unlock()
-	if !live || l != nil && reg.Grant != "" && l.k.Token == reg.Grant {
-		// Left by Close; or granted: the granting nodes dropped the
-		// registration; the others may grant later, to l's token,
-		// which its Unlock releases, or let it lapse.
-		return
+	if !live {
+		return // left by Close
 	}
 	k := *reg
+	if l != nil && reg.Grant != "" && l.k.Token == reg.Grant {
+		// Granted: the granting nodes dropped the registration; the
+		// others may grant later, to l's token, which its Unlock
+		// releases (release.lua drops the registration that asks for
+		// it). But a rollback that requeued the call with a TTL
+		// whose grant would not last a lease registered it asking
+		// for a reservation instead (see command.go), which no
+		// Unlock drops: a later release there reserved the key for
+		// this client, its call gone, for the rest of the lease (a
+		// torture trace, stop 51). The Leave goes then, without the
+		// grant: one that named it would hand on the key l holds by
+		// it there (leave.lua).
+		if !requeued || node.GrantTTL(l.ttl) >= node.WaiterLease {
+			return
+		}
+		k.Grant = ""
+	}
 	var sending sync.WaitGroup // the Leaves below, for the key's next call (registerAfterLeaves)
 	left := make(chan struct{})
 	lk := leavingKey(k.Name, k.Queue)

@@ -18,14 +18,16 @@ type leaveNode struct {
 	node.Handoffer
 	mu     sync.Mutex
 	leaves int
+	grants []string // each Leave's node.Key.Grant
 }
 
 func (n *leaveNode) Addr() string { return "leave:1" }
 
-func (n *leaveNode) Leave(context.Context, *node.Key) error {
+func (n *leaveNode) Leave(_ context.Context, k *node.Key) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.leaves++
+	n.grants = append(n.grants, k.Grant)
 	return nil
 }
 
@@ -86,5 +88,46 @@ func TestLeaveWaitsOnlyForCommandsThatRegister(t *testing.T) {
 			t.Fatal("no Leave after the rollback returned")
 		}
 		assert.Equal(t, 1, n.count())
+	})
+}
+
+// TestGrantedCallLeavesABareRequeue: a Lock call that got its lock by
+// grants leaves no Leave where the grant did not come (the Unlock's
+// release drops the registration that asks for it), unless a rollback
+// of its attempts requeued it with a TTL whose grant would not last a
+// lease: that registration asks for a reservation (see command.go),
+// which no Unlock drops, and a release would reserve the key for the
+// client with its call gone (a torture trace, stop 51). Then the Leave
+// goes, without the grant: one that named it would hand on the key the
+// lock holds by it.
+func TestGrantedCallLeavesABareRequeue(t *testing.T) {
+	run := func(t *testing.T, ttl time.Duration, requeued bool) *leaveNode {
+		n := &leaveNode{}
+		c, err := New([]node.Node{n}, WithNodeTimeout(time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		grant := node.GrantValue(c.caps.tag, "call")
+		reg := c.register("k", "", grant, false)
+		require.NotNil(t, reg)
+		l := &Lock{c: c, k: node.Key{Name: "k", Owner: c.caps.tag, Token: grant}, ttl: ttl}
+		l.ch = chain{c: c, k: &l.k, tail: make([]step, 1)}
+		l.ch.finish(&l.ch.tail[0], node.Result{Status: node.Taken}, nil) // the grant did not come here
+		c.leaveWaiters(reg, l, nil, requeued)
+		return n
+	}
+	t.Run("requeued as a reservation", func(t *testing.T) {
+		n := run(t, 500*time.Millisecond, true)
+		require.Eventually(t, func() bool { return n.count() == 1 }, 5*time.Second, time.Millisecond, "no Leave")
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		assert.Equal(t, []string{""}, n.grants, "the Leave names the grant the lock holds by")
+	})
+	t.Run("not requeued", func(t *testing.T) {
+		n := run(t, 500*time.Millisecond, false)
+		assert.Never(t, func() bool { return n.count() > 0 }, 200*time.Millisecond, 5*time.Millisecond)
+	})
+	t.Run("requeued asking for the grant", func(t *testing.T) {
+		n := run(t, 3*time.Second, true) // node.GrantTTL is the lease: the Unlock drops it
+		assert.Never(t, func() bool { return n.count() > 0 }, 200*time.Millisecond, 5*time.Millisecond)
 	})
 }
