@@ -21,13 +21,18 @@ func (h *history) lockKeys() []string {
 
 // checkFree is the Release oracle: every lock key must be absent on a
 // majority of the nodes within NodeTimeout plus RoundTrip of now (the
-// faults have stopped, the holders unlocked, late commands ran).
+// faults have stopped, the holders unlocked, late commands ran). A
+// violation names the slowest direct read of a node the check made: on
+// a saturated machine the nodes themselves may answer later than the
+// round trip allowed, which a trace cannot tell from a bug otherwise.
 func (h *history) checkFree(res *Result) {
 	deadline := time.Now().Add(h.cfg.NodeTimeout + h.cfg.RoundTrip)
 	need := quorum.Majority(h.cl.Size())
+	var slowest time.Duration
 	for _, k := range h.lockKeys() {
 		for {
-			free, held, err := h.freeOn(k)
+			free, held, took, err := h.freeOn(k)
+			slowest = max(slowest, took)
 			if err != nil {
 				// A node restarting (a real restart, see
 				// torture's restart test) cannot be read: it is not
@@ -39,8 +44,8 @@ func (h *history) checkFree(res *Result) {
 			}
 			if time.Now().After(deadline) {
 				res.Violations[Release] = append(res.Violations[Release],
-					fmt.Sprintf("%s free on %d nodes (majority %d) %v after the faults stopped and the holders unlocked: %s",
-						k, free, need, h.cfg.NodeTimeout+h.cfg.RoundTrip, held))
+					fmt.Sprintf("%s free on %d nodes (majority %d) %v after the faults stopped and the holders unlocked (slowest direct read meanwhile %v): %s",
+						k, free, need, h.cfg.NodeTimeout+h.cfg.RoundTrip, slowest.Round(time.Millisecond), held))
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -48,13 +53,17 @@ func (h *history) checkFree(res *Result) {
 	}
 }
 
-// freeOn counts the nodes where key is absent, and describes the others.
-func (h *history) freeOn(key string) (int, string, error) {
+// freeOn counts the nodes where key is absent, describes the others, and
+// returns the longest of its reads.
+func (h *history) freeOn(key string) (int, string, time.Duration, error) {
 	free := 0
 	var held []string
+	var slowest time.Duration
 	for i := range h.cl.Size() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
 		info, err := h.cl.Direct(i).Inspect(ctx, key)
+		slowest = max(slowest, time.Since(start))
 		cancel()
 		if err != nil {
 			held = append(held, fmt.Sprintf("node %d unreadable (%v)", i, err))
@@ -66,7 +75,7 @@ func (h *history) freeOn(key string) (int, string, error) {
 			held = append(held, fmt.Sprintf("node %d=%q (ttl %v)", i, info.Token, info.TTL))
 		}
 	}
-	return free, strings.Join(held, ", "), nil
+	return free, strings.Join(held, ", "), slowest, nil
 }
 
 // unreadable counts a node the harness could not read or clean (down for
