@@ -200,8 +200,7 @@ func (b *breaker) done(now time.Time, gen uint64, down bool) (t transition) {
 				}
 			}
 			if b.state == BreakerHalfOpen {
-				b.cooldown = b.cfg.Cooldown
-				b.setState(BreakerClosed)
+				b.close()
 			}
 		case b.state == BreakerHalfOpen:
 			b.cooldown = min(2*b.cooldown, b.cfg.MaxCooldown)
@@ -263,12 +262,18 @@ func (b *breaker) answered() (t transition) {
 	defer b.settle()
 	t.from = b.state
 	if b.state != BreakerClosed {
-		b.cooldown = b.cfg.Cooldown
-		b.fails = 0
-		b.setState(BreakerClosed)
+		b.close()
 	}
 	t.to = b.state
 	return t
+}
+
+// close closes the breaker after the node answered a probe, or a call
+// past it (answered): no failure counted, the cooldown back at the start.
+func (b *breaker) close() {
+	b.fails = 0
+	b.cooldown = b.cfg.Cooldown
+	b.setState(BreakerClosed)
 }
 
 func (b *breaker) open(now time.Time) {
