@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/quorumlock/redlock/clock"
 	"github.com/quorumlock/redlock/node"
 )
 
@@ -200,10 +199,10 @@ func (wt *waiter) awaitHandoff(ctx context.Context, cfg *config) (g *Lock, waite
 	if !wt.giveUp.IsZero() {
 		d = max(0, min(d, wt.giveUp.Sub(c.clk.Now())))
 	}
-	g, err = c.sleep(ctx, d, nil, wt.o, 0)
+	wk, err := c.sleep(ctx, d, nil, wt.o, 0, true)
 	switch {
-	case g != nil:
-		return g, true, nil
+	case wk.g != nil:
+		return wk.g, true, nil
 	case err == ErrClosed:
 		return nil, true, err
 	case err != nil, !again, !wt.giveUp.IsZero() && !c.clk.Now().Before(wt.giveUp):
@@ -238,7 +237,7 @@ func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string
 	if wt.grant != "" {
 		wt.w.expect(c, node.GrantMessage(wt.grant, tok))
 	}
-	wt.w.forget()
+	wt.w.forget(nil)
 	if wt.reg == nil && (attempt > 1 || wt.hot) {
 		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.shared)
 		switch {
@@ -334,12 +333,12 @@ func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attem
 		if qe.freeIn > 0 {
 			d = min(d, qe.freeIn)
 		}
-		var g *Lock
-		if g, err = c.sleep(ctx, d, wt.w, wt.o, c.spread()); g != nil {
-			return g, nil
+		var wk wake
+		if wk, err = c.sleep(ctx, d, wt.w, wt.o, c.spread(), true); wk.g != nil {
+			return wk.g, nil
 		}
 		if err == nil && !wt.lost && qe.undone() && wt.w.grantedBy(c.quorum) {
-			if g = c.granted(wt.key, cfg, wt.grant, wt.ticket, qe.started); g != nil {
+			if g := c.granted(wt.key, cfg, wt.grant, wt.ticket, qe.started); g != nil {
 				return g, nil
 			}
 		}
@@ -366,99 +365,3 @@ func unsent(err error) bool {
 // its place (node.WaiterLease) and to find a key reserved for it whose
 // announcement it missed.
 const queuePoll = node.WaiterLease / 3
-
-// sleep waits d on the client's clock, or until w (nil: none) hears a
-// release, or until o (nil: none) receives a handoff: then it returns the
-// lock handed over (nil: the lock was released without a handoff, try
-// now). A release heard while a handoff to o is under way, or a release
-// by an Unlock of this client that pokes o once it has returned (see
-// Client.awaited), does not end the wait. A release that reserves the key
-// for this waiter is announced by each node as it gets there: the wait
-// ends once a majority announced it, so that the attempt that follows
-// finds the key reserved on a majority, or grace after the first
-// announcement (another node's may be lost, or that node reserved the key
-// for another waiter); grace 0 ends it at the first, except for a grant,
-// which waits up to a node timeout for the others of a majority (then the
-// call holds the lock without an attempt, see Client.granted). It returns
-// ctx's error if ctx ends first, ErrClosed if the client is closed first.
-func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offer, grace time.Duration) (*Lock, error) {
-	var gift chan *Lock
-	if o != nil {
-		gift = o.gift
-	}
-	t := c.clk.NewTimer(d)
-	defer t.Stop()
-	var (
-		heard   int
-		late    clock.Timer
-		lateC   <-chan time.Time
-		wake    = w.wake()
-		reserve = w.reservations()
-		grants  = w.grantsC()
-	)
-	defer func() {
-		if late != nil {
-			late.Stop()
-		}
-	}()
-	for {
-		announced := false
-		select {
-		case <-t.C():
-			return given(gift), nil
-		case <-reserve:
-			announced = true
-		case <-grants:
-			// As a reservation; once a majority granted, the call may
-			// hold the lock without another attempt (Client.granted).
-			w.nGranted++
-			announced = true
-		case <-lateC:
-			lateC = nil
-		case <-wake:
-		case g := <-gift:
-			return g, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.life.done:
-			return nil, ErrClosed
-		}
-		if announced {
-			g := grace
-			if g == 0 && w.nGranted > 0 {
-				// A grant is worth waiting for: the others of a
-				// majority come within a release's round.
-				g = c.cfg.timeout()
-			}
-			if heard++; heard < c.quorum && g > 0 {
-				if late == nil {
-					late = c.clk.NewTimer(g)
-					lateC = late.C()
-				}
-				continue
-			}
-		}
-		// A release was heard. While a handoff to this call is under
-		// way, it is the nodes handing the key to another client's
-		// waiter, or reserving it for this client, whose lock is on its
-		// way here: wait for the handoff. While an Unlock of this client
-		// releases instead, it is that release on its way: wait for its
-		// poke.
-		if c.awaited(o) {
-			continue
-		}
-		return given(gift), nil
-	}
-}
-
-// given returns a lock handed over on gift (nil: none) that came at the
-// same moment as the wake-up that ends a sleep, so that the call takes it
-// rather than try the nodes against it.
-func given(gift chan *Lock) *Lock {
-	select {
-	case g := <-gift:
-		return g
-	default:
-		return nil
-	}
-}

@@ -18,7 +18,7 @@ func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, s
 	if queued {
 		grant = c.grantFor(cfg)
 	}
-	w := c.watch(key, !cfg.shared, grant != "")
+	w := c.watch([]string{key}, !cfg.shared, c.caps.tag, grant != "")
 	if w == nil {
 		return nil, ""
 	}

@@ -219,7 +219,7 @@ func (sw *semWait) inherit() bool {
 	}
 	sw.subscribed = true
 	sw.hint = sw.w.pending()
-	listening := sw.w.listeningEach(len(s.slots), c.quorum)
+	listening := sw.w.listening(c.quorum)
 	if !c.caps.handoff {
 		return sw.hint != nil || !listening
 	}
@@ -242,7 +242,7 @@ func (sw *semWait) inherit() bool {
 // poked says a slot of this client was released during the round.
 func (sw *semWait) tryRound(ctx context.Context, cfg *config) (l *Lock, poked, done bool, err error) {
 	s := sw.s
-	sw.w.forgetSlots(sw.hint)
+	sw.w.forget(sw.hint)
 	l, n, poked, err := s.try(ctx, cfg, sw.hint, sw.o, sw.p)
 	sw.rounds += n
 	if l != nil && sw.hint != nil {
@@ -278,7 +278,7 @@ func (sw *semWait) delay(cfg *config) (d time.Duration, named, again bool) {
 	if !ok {
 		d = dOwn // the inherited count is past the strategy's end
 	}
-	named = sw.p != nil && sw.p.queued && sw.w.listeningEach(len(sw.s.slots), c.quorum)
+	named = sw.p != nil && sw.p.queued && sw.w.listening(c.quorum)
 	if named {
 		d = queuePoll
 	}
@@ -290,16 +290,18 @@ func (sw *semWait) delay(cfg *config) (d time.Duration, named, again bool) {
 	return d, named, again
 }
 
-// sleep waits up to d for a slot released (watches.anyReleased; with
-// named, a release heard by name only) or handed over. It returns the
-// lock handed over, or the error that ends the call, or neither: the
-// slots heard released are the next round's hint.
+// sleep waits up to d for a slot released (Client.sleep; with named, a
+// release heard by name only, a local release says nothing more) or
+// handed over. It returns the lock handed over, or the error that ends
+// the call, or neither: the slots heard released are the next round's
+// hint.
 func (sw *semWait) sleep(ctx context.Context, d time.Duration, named bool) (*Lock, error) {
-	hint, dropped, g, err := sw.w.anyReleased(ctx, sw.s.c, d, sw.o, !named)
+	wk, err := sw.s.c.sleep(ctx, d, sw.w, sw.o, 0, !named)
+	hint, dropped, g := wk.slots, wk.dropped, wk.g
 	sw.hint = hint
 	switch {
 	case g != nil:
-		sw.heard = append(sw.heard, dropped...)
+		sw.heard = append(append(sw.heard, dropped...), hint...)
 		return g, nil
 	case err != nil:
 		sw.heard = append(sw.heard, dropped...)

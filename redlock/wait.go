@@ -176,42 +176,66 @@ func (c *Client) heldHere(key string) bool {
 	return h != nil && h.TTL() > 0
 }
 
-// watches are one Lock call's subscriptions to its key's releases (a
-// semaphore's pass from one waiting Acquire to the next, see passOn).
+// watches are one waiting call's subscriptions to its keys' releases:
+// a Lock's to its key, a semaphore's to every slot (passed from one
+// waiting Acquire to the next, see passOn). Client.sleep waits on them.
 type watches struct {
-	released chan struct{}   // every node's watch sends here, or
-	per      []chan struct{} // a semaphore's: one per slot, every node's watch of the slot sends there
-	ws       []node.Watch
-	named    []node.Watch    // a queued waiter's: per node as ws, its own channel (node.ReservedKey)
-	mine     []chan struct{} // a semaphore's: per slot, the named watches' of the slot send there (room for one per node)
-	reserved chan struct{}   // every named watch sends here: room for one reservation per node (see Client.sleep)
-	channel  string          // with named: the channel they watch (node.ReservedKey)
+	ws       []node.Watch    // per node, the keys in order: their releases
+	per      []chan struct{} // per key: every node's watch of its releases sends here (room for one)
+	named    []node.Watch    // a queued waiter's: per node and key as ws, the releases that reserve the key for this client (node.ReservedKey)
+	mine     []chan struct{} // with named, per key: its named watches send here (room for one reservation per node)
+	channel  string          // a Lock's with grants: the channel the named watch is on (node.ReservedKey)
 	grants   []node.Watch    // a waiter that asks for a grant: per node, for its last attempt's grant message (see expect)
 	granted  chan struct{}   // every grant watch sends here: room for one grant per node
 	nGranted int             // grants heard since the last forget (see Client.sleep); owned by the waiter
 }
 
-// watch subscribes to key's releases on every node that offers it, and,
-// for a waiter that the nodes may reserve the key for (named: a writer,
-// queued under the client's tag), to the releases that name this client
-// (node.ReservedKey), which no other client hears; on that channel, a
-// waiter that asks for grants hears them apart (see expect). Nil when
-// notifications are off or no node offers them.
-func (c *Client) watch(key string, named, grants bool) *watches {
-	w := c.watchKeys([]string{key}, false)
-	if w != nil && named {
-		w.channel = node.ReservedKey(key, c.caps.tag)
-		w.reserved = make(chan struct{}, len(c.nodes))
-		if grants {
-			w.granted = make(chan struct{}, len(c.nodes))
+// watch subscribes to the releases of keys on every node that offers
+// it, each key's on a channel of its own (watches.per, in the order of
+// keys). With named (a waiter that the nodes may reserve a key for: a
+// writer, or a semaphore's, queued under the client's tag), also to the
+// releases that name this client (node.ReservedKey), which no other
+// client hears (watches.mine), those that wake owner (node.Watcher): a
+// Lock's the client's tag, a semaphore's every one. With grants (one
+// key), a waiter that asks for a grant hears it apart on that channel
+// (see expect). Nil when notifications are off or no node offers them.
+func (c *Client) watch(keys []string, named bool, owner string, grants bool) *watches {
+	if c.cfg.quiet {
+		return nil
+	}
+	w := &watches{per: chans(len(keys), 1)}
+	if named {
+		w.mine = chans(len(keys), len(c.nodes))
+	}
+	if grants {
+		w.channel = node.ReservedKey(keys[0], c.caps.tag)
+		w.granted = make(chan struct{}, len(c.nodes))
+	}
+	for _, n := range c.nodes {
+		wn, ok := n.(node.Watcher)
+		if !ok {
+			continue
 		}
-		for _, n := range c.nodes {
-			if wn, ok := n.(node.Watcher); ok {
-				w.named = append(w.named, wn.Watch(w.channel, c.caps.tag, w.reserved))
+		for i, key := range keys {
+			w.ws = append(w.ws, wn.Watch(key, c.caps.tag, w.per[i]))
+			if named {
+				w.named = append(w.named, wn.Watch(node.ReservedKey(key, c.caps.tag), owner, w.mine[i]))
 			}
 		}
 	}
+	if len(w.ws) == 0 {
+		return nil
+	}
 	return w
+}
+
+// chans returns n channels with room for size each.
+func chans(n, size int) []chan struct{} {
+	out := make([]chan struct{}, n)
+	for i := range out {
+		out[i] = make(chan struct{}, size)
+	}
+	return out
 }
 
 // expect points the grant watches at msg, the node.GrantMessage of the
@@ -232,38 +256,6 @@ func (w *watches) expect(c *Client, msg string) {
 			w.grants = append(w.grants, wn.Watch(w.channel, msg, w.granted))
 		}
 	}
-}
-
-// watchKeys subscribes to the releases of keys on every node that offers
-// it; perKey gives each key a channel of its own (watches.per, in the
-// order of keys), else they share watches.released. Nil when
-// notifications are off or no node offers them.
-func (c *Client) watchKeys(keys []string, perKey bool) *watches {
-	if c.cfg.quiet {
-		return nil
-	}
-	w := &watches{released: make(chan struct{}, 1)}
-	if perKey {
-		w.per = make([]chan struct{}, len(keys))
-		for i := range w.per {
-			w.per[i] = make(chan struct{}, 1)
-		}
-	}
-	for _, n := range c.nodes {
-		if wn, ok := n.(node.Watcher); ok {
-			for i, key := range keys {
-				ch := w.released
-				if perKey {
-					ch = w.per[i]
-				}
-				w.ws = append(w.ws, wn.Watch(key, c.caps.tag, ch))
-			}
-		}
-	}
-	if len(w.ws) == 0 {
-		return nil
-	}
-	return w
 }
 
 // ready waits until every node confirmed its subscription, or d has
@@ -287,18 +279,27 @@ func (w *watches) ready(ctx context.Context, c *Client, d time.Duration) error {
 	return nil
 }
 
-// listening reports whether at least n nodes have confirmed the
-// watches, so that a release on a majority of nodes is heard.
-func (w *watches) listening(n int) bool {
+// listening reports whether each watched key has at least need nodes
+// that confirmed its watches (of its releases, and of those that name
+// this client where there are such), so that a release of any of them
+// on a majority of nodes is heard. False for nil.
+func (w *watches) listening(need int) bool {
 	if w == nil {
 		return false
 	}
-	for i, x := range w.ws {
-		if confirmed(x) && (w.named == nil || confirmed(w.named[i])) {
-			n--
+	n := len(w.per)
+	var buf [8]int
+	ready := buf[:0]
+	if n > len(buf) {
+		ready = make([]int, 0, n)
+	}
+	ready = ready[:n]
+	for j, x := range w.ws { // per node, the keys in order (watch)
+		if confirmed(x) && (w.named == nil || confirmed(w.named[j])) {
+			ready[j%n]++
 		}
 	}
-	return n <= 0
+	return slices.Min(ready) >= need
 }
 
 func confirmed(x node.Watch) bool {
@@ -322,27 +323,35 @@ func (w *watches) stop() {
 	}
 }
 
-// wake returns the channel a release notification arrives on; nil (never)
-// without watches.
-func (w *watches) wake() <-chan struct{} {
-	if w == nil {
-		return nil
-	}
-	return w.released
-}
-
-// forget drops the reservations and grants announced so far: an attempt
-// is about to find out what the nodes hold, and only announcements that
-// come after it began say something it did not see.
-func (w *watches) forget() {
+// forget drops the reservations of keys (by index; nil: of every key)
+// and the grants announced so far: an attempt is about to find out what
+// the nodes hold, and only announcements that come after it began say
+// something it did not see.
+func (w *watches) forget(keys []int) {
 	if w == nil {
 		return
 	}
 	w.nGranted = 0
+	drain(w.granted)
+	if w.mine == nil {
+		return
+	}
+	if keys == nil {
+		for _, ch := range w.mine {
+			drain(ch)
+		}
+		return
+	}
+	for _, i := range keys {
+		drain(w.mine[i])
+	}
+}
+
+// drain empties ch without waiting.
+func drain(ch chan struct{}) {
 	for {
 		select {
-		case <-w.reserved:
-		case <-w.granted:
+		case <-ch:
 		default:
 			return
 		}
@@ -355,22 +364,34 @@ func (w *watches) grantedBy(n int) bool {
 	return w != nil && w.nGranted >= n
 }
 
-// reservations returns the channel a reservation for this waiter is
-// announced on, once per node; nil (never) without named watches.
-func (w *watches) reservations() <-chan struct{} {
-	if w == nil {
-		return nil
+// pending returns the keys (by index) whose releases w has buffered,
+// taking them, and those a reservation was announced for; nil when none.
+func (w *watches) pending() []int {
+	var hint []int
+	for i, ch := range w.per {
+		select {
+		case <-ch:
+			hint = append(hint, i)
+			continue
+		default:
+		}
+		if w.mine != nil && len(w.mine[i]) > 0 {
+			hint = append(hint, i)
+		}
 	}
-	return w.reserved
+	return hint
 }
 
-// grantsC returns the channel a grant to this waiter is announced on,
-// once per node; nil (never) for a waiter that asked for none.
-func (w *watches) grantsC() <-chan struct{} {
-	if w == nil {
-		return nil
+// rebuffer puts the releases of keys (by index) back into w's channels
+// (without blocking: one pending is enough), for the next waiter that
+// takes w.
+func (w *watches) rebuffer(keys []int) {
+	for _, i := range keys {
+		select {
+		case w.per[i] <- struct{}{}:
+		default:
+		}
 	}
-	return w.granted
 }
 
 // freeIn estimates, from a failed attempt's replies, when the holder's
