@@ -56,7 +56,7 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 	if cfg.maxWait > 0 {
 		giveUp = start.Add(cfg.maxWait)
 	}
-	if once || cfg.shared {
+	if once || !cfg.takesTurns() {
 		// TryLock, and readers: they neither queue nor take turns.
 		l, attempts, err = c.retry(ctx, key, cfg, false, giveUp)
 	} else {
@@ -239,7 +239,7 @@ func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string
 	}
 	wt.w.forget(nil)
 	if wt.reg == nil && (attempt > 1 || wt.hot) {
-		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.shared)
+		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.owner(c))
 		switch {
 		case err == ErrClosed:
 			return "", err

@@ -38,12 +38,12 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		// A fresh token per attempt (see Client.retry).
 		token = newToken()
 	}
-	l := newLock(c, c.attemptKey(key, token, cfg, ticket, grant), cfg)
+	l := newLock(c, cfg.key(c, key, token, ticket, grant), cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
-		if !cfg.fenced {
+		if !cfg.confirms() {
 			l.grant(r.Started(), 0)
 			return l, nil
 		}
@@ -58,23 +58,6 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
 }
 
-// attemptKey is the node.Key of an attempt on key with token: this
-// client's tag as its owner (its readers' tag for a read hold), ticket
-// and grant, in cfg's queue when it has one.
-func (c *Client) attemptKey(key, token string, cfg *config, ticket int64, grant string) node.Key {
-	k := node.NewKey(key, token)
-	k.Owner = c.caps.tag
-	if cfg.shared {
-		k = node.NewSharedKey(key, k.Token)
-		k.Owner = c.caps.rtag
-	}
-	k.Ticket, k.Grant = ticket, grant
-	if cfg.queue != "" {
-		k = k.InQueue(cfg.queue)
-	}
-	return k
-}
-
 // refused ends an attempt whose round r did not take l: it rolls r back
 // (queueing the client again where a waiting attempt set the key) and
 // returns the error the retry loop reads, with r's replies, validity as
@@ -84,7 +67,7 @@ func (c *Client) attemptKey(key, token string, cfg *config, ticket int64, grant 
 func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *QuorumError {
 	key := l.k.Name
 	requeue := int64(0)
-	if wait && c.caps.handoff && !cfg.shared && cfg.queue == "" {
+	if wait && c.caps.handoff && cfg.ownLine() {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.

@@ -18,7 +18,7 @@ func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, s
 	if queued {
 		grant = c.grantFor(cfg)
 	}
-	w := c.watch([]string{key}, !cfg.shared, c.caps.tag, grant != "")
+	w := c.watch([]string{key}, cfg.reservable(), c.caps.tag, grant != "")
 	if w == nil {
 		return nil, ""
 	}
@@ -30,7 +30,7 @@ func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, s
 // needs a round of its own), semaphores and readers, and nodes that are
 // not all Handoffers.
 func (c *Client) grantFor(cfg *config) string {
-	if !c.caps.handoff || cfg.fenced || cfg.shared || cfg.queue != "" {
+	if !c.caps.handoff || !cfg.grants() {
 		return ""
 	}
 	return node.GrantValue(c.caps.tag, newToken())

@@ -46,7 +46,7 @@ const maxChain = 16
 // when handoffs are off for it (a node that cannot, a fenced lock: its
 // fence must come from an acquire).
 func (c *Client) offer(key string, cfg *config) *offer {
-	if !c.caps.handoff || cfg.fenced {
+	if !c.caps.handoff || !cfg.handsOn() {
 		return nil
 	}
 	o := &offer{gift: make(chan *Lock, 1), cfg: *cfg}
@@ -117,9 +117,9 @@ func (c *Client) claim(ctx context.Context, l *Lock, expired bool) (to, waiting 
 	if q == nil || q.head == nil || q.head.claimed || q.head.withdrawn {
 		return nil, nil
 	}
-	if q.chain >= maxChain || expired || l.fence != 0 || l.ch.shared || ctx.Err() != nil {
+	if q.chain >= maxChain || expired || !l.mode.handsOn() || ctx.Err() != nil {
 		q.chain = 0
-		if !l.ch.shared {
+		if l.mode.takesTurns() {
 			q.head.releasing++
 		}
 		return nil, q.head
@@ -179,12 +179,9 @@ func (c *Client) poke(o *offer, released bool) {
 // transfer; it is Unlock's work for a lock whose key has a waiter here.
 func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	c := l.c
-	k := node.NewKey(l.k.Name, newToken())
-	k.Owner = c.caps.tag
-	if l.k.Queue != "" {
-		k = k.InQueue(l.k.Queue) // a semaphore's slot
-	}
-	next := newLock(c, k, &o.cfg)
+	// The waiter's kind: a writer of the key, or of a semaphore's slot
+	// (in the semaphore's queue, as l).
+	next := newLock(c, o.cfg.key(c, l.k.Name, newToken(), 0, ""), &o.cfg)
 	r := next.ch.send(ctx, command{op: "transfer", ttl: next.ttl, from: l, fromTail: l.ch.tail})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(next.ttl, r.Elapsed(), next.drift)

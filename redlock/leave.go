@@ -90,24 +90,22 @@ func (c *Client) registered(k *node.Key) bool {
 }
 
 // register records the registration in key's queue that a waiting call
-// is about to make (queue "": the key's own), until the call ends
+// is about to make (queue "": the key's own) under owner (mode.owner),
+// until the call ends
 // (leaveWaiters takes it out); Close leaves the queue for the calls it
 // ends (leaveOwed).
-func (c *Client) register(key, queue, grant string, shared bool) *node.Key {
+func (c *Client) register(key, queue, grant, owner string) *node.Key {
 	if !c.caps.handoff {
 		return nil
 	}
 	c.reg.mu.Lock()
 	defer c.reg.mu.Unlock()
-	return c.registerLocked(key, queue, grant, shared)
+	return c.registerLocked(key, queue, grant, owner)
 }
 
 // registerLocked is register under c.reg.mu.
-func (c *Client) registerLocked(key, queue, grant string, shared bool) *node.Key {
-	k := &node.Key{Name: key, Owner: c.caps.tag, Queue: queue, Grant: grant}
-	if shared {
-		k.Owner = c.caps.rtag
-	}
+func (c *Client) registerLocked(key, queue, grant, owner string) *node.Key {
+	k := &node.Key{Name: key, Owner: owner, Queue: queue, Grant: grant}
 	c.reg.live[k] = true
 	c.touch(k)
 	return k
@@ -126,7 +124,7 @@ func leavingKey(key, queue string) string { return key + "\x00" + queue }
 // c.reg.mu, so that an owed Leave coming due (resendDue) either gates the
 // call or finds it registered and waits. It returns ctx's error or
 // ErrClosed if either ends the wait first.
-func (c *Client) registerAfterLeaves(ctx context.Context, key, grant string, shared bool) (*node.Key, error) {
+func (c *Client) registerAfterLeaves(ctx context.Context, key, grant, owner string) (*node.Key, error) {
 	if !c.caps.handoff {
 		return nil, nil
 	}
@@ -135,7 +133,7 @@ func (c *Client) registerAfterLeaves(ctx context.Context, key, grant string, sha
 		c.reg.mu.Lock()
 		left := c.reg.leaving[lk]
 		if left == nil {
-			k := c.registerLocked(key, "", grant, shared)
+			k := c.registerLocked(key, "", grant, owner)
 			c.reg.mu.Unlock()
 			return k, nil
 		}

@@ -107,7 +107,7 @@ func TestGrantedCallLeavesABareRequeue(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		grant := node.GrantValue(c.caps.tag, "call")
-		reg := c.register("k", "", grant, false)
+		reg := c.register("k", "", grant, c.caps.tag)
 		require.NotNil(t, reg)
 		l := &Lock{c: c, k: node.Key{Name: "k", Owner: c.caps.tag, Token: grant}, ttl: ttl}
 		l.ch = chain{c: c, k: &l.k, tail: make([]step, 1)}

@@ -20,7 +20,7 @@ type Lock struct {
 	ttl   time.Duration // the TTL it was taken with; KeepAlive extends by it
 	drift float64
 	keep  keepPolicy
-	local string // the client queue its Unlock hands it to; "": its key's (see queue)
+	mode  mode // the kind of hold: its local queue (see queue), whether it is handed on
 	// Set by grant, before the Lock is handed out, and never changed.
 	taken  time.Time // start of the acquisition, for MaxHold
 	fence  int64     // 0 unless fenced
@@ -59,7 +59,7 @@ type Lock struct {
 // newLock returns the lock an attempt of c with cfg tries to take as k;
 // it holds nothing until grant.
 func newLock(c *Client, k node.Key, cfg *config) *Lock {
-	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep, local: cfg.local}
+	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep, mode: cfg.mode}
 	l.ch = chain{c: c, k: &l.k, shared: cfg.shared, timeout: cfg.timeout(), maxTimeout: cfg.maxTimeout()}
 	return l
 }
@@ -68,8 +68,8 @@ func newLock(c *Client, k node.Key, cfg *config) *Lock {
 // hands it to: its own key's, or a semaphore's for a permit (any slot
 // will do for the semaphore's waiters).
 func (l *Lock) queue() string {
-	if l.local != "" {
-		return l.local
+	if l.mode.local != "" {
+		return l.mode.local
 	}
 	return l.k.Name
 }
@@ -309,7 +309,7 @@ func (l *Lock) unlock(ctx context.Context, expired bool) error {
 	}
 	err := l.release(ctx, expired, nil)
 	if waiting != nil {
-		l.c.poke(waiting, !l.ch.shared)
+		l.c.poke(waiting, l.mode.takesTurns())
 	}
 	return err
 }

@@ -32,11 +32,8 @@ type config struct {
 	keep        keepPolicy
 	hooks       Hooks
 	breaker     Breaker
-	quiet       bool   // release notifications off
-	fenced      bool   // fencing tokens on
-	shared      bool   // a read hold (RLock): node.Sharer's commands
-	local       string // the client queue an Unlock hands the lock to: a semaphore's (Semaphore.local); "": the key's
-	queue       string // the nodes' queue its waiters wait in (node.Key.Queue): a semaphore's (Semaphore.queue); "": the key's
+	quiet       bool // release notifications off
+	mode             // the kind of hold (mode.go); WithFencing sets fenced for a client or a call
 	// only names the last option applied that configures a client as a
 	// whole; a Lock, TryLock or Do call refuses such an option.
 	only string

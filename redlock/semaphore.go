@@ -355,7 +355,7 @@ type place struct {
 // client in line (Handoffer.Leave).
 func (s *Semaphore) leave(p *place) {
 	for i, k := range s.slots {
-		s.c.leaveWaiters(s.c.register(k, s.queue, "", false), nil, p.sent[i], false)
+		s.c.leaveWaiters(s.c.register(k, s.queue, "", s.c.caps.tag), nil, p.sent[i], false)
 	}
 }
 

@@ -83,4 +83,4 @@ func (c *Client) sharedConfig(key string, opts []Option) (config, error) {
 func readerTag(tag string) string { return "r" + tag }
 
 // Shared reports whether l is a read hold (RLock, TryRLock).
-func (l *Lock) Shared() bool { return l != nil && l.ch.shared }
+func (l *Lock) Shared() bool { return l != nil && l.mode.shared }

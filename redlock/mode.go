@@ -1,0 +1,71 @@
+package redlock
+
+import "github.com/quorumlock/redlock/node"
+
+// mode is the kind of hold a call asks for: a writer's or a reader's,
+// fenced or not, of a lock's key or of one of a semaphore's slots. It is
+// part of the call's config. What a kind of hold may do (take turns,
+// be handed on, be granted, be requeued) is asked here, by name, and
+// nowhere else; what the nodes can do is asked apart (Client.caps). (A
+// lock's chain sends node.Sharer's commands for a read hold: its
+// chain.shared, a copy, picks them.)
+type mode struct {
+	shared bool   // a read hold (RLock): node.Sharer's commands, under the client's readers' tag
+	fenced bool   // fencing tokens (WithFencing): node.Fencer's acquire, then a confirm round
+	local  string // the client queue an Unlock hands the lock to: a semaphore's (Semaphore.local); "": the key's
+	queue  string // the nodes' queue its waiters wait in (node.Key.Queue): a semaphore's (Semaphore.queue); "": the key's
+}
+
+// takesTurns reports whether a waiting call waits its turn among the
+// client's calls for the same key (its local queue, see Client.join):
+// writers do; readers hold together and do not.
+func (m mode) takesTurns() bool { return !m.shared }
+
+// handsOn reports whether an Unlock may hand the lock straight to the
+// client's next waiter (handoff.go): not a reader's (readers do not take
+// turns), nor a fenced lock's (its fence must come from an acquire).
+func (m mode) handsOn() bool { return !m.shared && !m.fenced }
+
+// reservable reports whether the nodes may reserve a key for a waiting
+// call of this kind by name, and announce it on node.ReservedKey: a
+// writer's (a lock's or a semaphore's); readers are let in together.
+func (m mode) reservable() bool { return !m.shared }
+
+// ownLine reports whether the call's waiters queue in the key's own line
+// on the nodes (node.WaitersKey): a lock's writers, fenced or not. There
+// a rollback of a waiting attempt that set the key queues the call again
+// (node.Key.Requeue). Not a semaphore's line (node.Key.Queue), which
+// serves several keys, nor readers, who queue under their own tag.
+func (m mode) ownLine() bool { return !m.shared && m.queue == "" }
+
+// grants reports whether the nodes may grant the key to a waiting call
+// by name (node.Key.Grant): a writer in the key's own line, unfenced (a
+// fence needs a round of its own).
+func (m mode) grants() bool { return m.ownLine() && !m.fenced }
+
+// confirms reports whether an acquire that reached a majority confirms
+// its fence in a second round before it holds (Client.confirm).
+func (m mode) confirms() bool { return m.fenced }
+
+// owner returns the tag under which c's calls of this kind wait and hold
+// on the nodes: the client's, or its readers' (readerTag).
+func (m mode) owner(c *Client) string {
+	if m.shared {
+		return c.caps.rtag
+	}
+	return c.caps.tag
+}
+
+// key is the node.Key of a call of this kind on key with token: its
+// owner, ticket and grant, in its queue.
+func (m mode) key(c *Client, key, token string, ticket int64, grant string) node.Key {
+	k := node.NewKey(key, token)
+	if m.shared {
+		k = node.NewSharedKey(key, token) // and its readers' keys
+	}
+	k.Owner, k.Ticket, k.Grant = m.owner(c), ticket, grant
+	if m.queue != "" {
+		k = k.InQueue(m.queue)
+	}
+	return k
+}
