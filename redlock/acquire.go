@@ -106,18 +106,18 @@ func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool
 		if err != nil {
 			return nil, attempt - 1, err
 		}
-		l, qe, err := c.attempt(ctx, key, cfg, attempt > 1 || wt.hot, wt.ticket, wt.grant, tok)
+		l, out, err := c.attempt(ctx, key, cfg, attempt > 1 || wt.hot, wt.ticket, wt.grant, tok)
 		switch {
 		case err != nil:
 			return nil, attempt, err
-		case qe == nil:
+		case out == nil:
 			return l, attempt, nil
 		}
-		prev, stop := wt.failed(qe, attempt)
+		prev, stop := wt.failed(out, attempt)
 		if stop {
-			return nil, attempt, qe
+			return nil, attempt, out.err
 		}
-		if g, err := wt.pause(ctx, cfg, qe, attempt, prev); g != nil || err != nil {
+		if g, err := wt.pause(ctx, cfg, out, attempt, prev); g != nil || err != nil {
 			return g, attempt, err
 		}
 	}
@@ -151,9 +151,6 @@ type waiter struct {
 // err its error.
 func (wt *waiter) end(l *Lock, err error) {
 	c := wt.c
-	if qe, ok := err.(*QuorumError); ok {
-		qe.ch, qe.undo, qe.sent = nil, nil, nil // for undone and leaveWaiters only: the caller's error keeps no attempt alive
-	}
 	if wt.w != nil {
 		wt.w.stop()
 	}
@@ -251,36 +248,36 @@ func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string
 	return tok, nil
 }
 
-// failed takes in failed attempt number attempt (its error qe): its
+// failed takes in failed attempt number attempt (its outcome out): its
 // commands that may still register the call, its ticket, its refusals.
 // It returns the ticket the call had before it, and stop when no retry
 // can help: ctx ended, or the refusals put a majority out of reach.
-func (wt *waiter) failed(qe *QuorumError, attempt int) (prev int64, stop bool) {
-	qe.Attempts = attempt
-	if qe.sent != nil {
-		wt.sent = append(pending(wt.sent), qe.sent)
-		wt.requeue = wt.requeue || qe.sent.requeues
+func (wt *waiter) failed(out *outcome, attempt int) (prev int64, stop bool) {
+	out.err.Attempts = attempt
+	if out.sent != nil {
+		wt.sent = append(pending(wt.sent), out.sent)
+		wt.requeue = wt.requeue || out.sent.requeues
 	}
-	wt.lost = wt.lost || qe.lost
+	wt.lost = wt.lost || out.lost
 	prev = wt.ticket
-	if qe.queued {
+	if out.queued {
 		// Only a round that queued the call on a majority gives a
 		// ticket worth keeping: any call that queues later meets
 		// that majority on some node, whose counter has reached
 		// it, and gets a larger one. A ticket from a minority (a
 		// node whose counter lags, the others silent) could put
 		// this call ahead of one already queued on a majority.
-		wt.ticket = max(wt.ticket, qe.ticket)
+		wt.ticket = max(wt.ticket, out.ticket)
 	}
-	wt.perm = mergeRefusals(wt.perm, qe.perm)
-	if qe.ctxErr != nil || wt.c.hopeless(wt.perm) {
+	wt.perm = mergeRefusals(wt.perm, out.perm)
+	if out.err.ctxErr != nil || wt.c.hopeless(wt.perm) {
 		return prev, true
 	}
 	wt.refused = true
 	return prev, false
 }
 
-// pause is the wait after failed attempt number attempt (its error qe;
+// pause is the wait after failed attempt number attempt (its outcome out;
 // prev the ticket before it). After the first failure it subscribes to
 // the key's releases and, once subscribed, tries once more at once (a
 // release in between is not missed); later waits end at the first
@@ -288,7 +285,7 @@ func (wt *waiter) failed(qe *QuorumError, attempt int) (prev int64, stop bool) {
 // majority, or after the retry delay, whichever comes first. It returns
 // the lock a handoff or a grant brought meanwhile, or the error that
 // ends the call, or neither: attempt again.
-func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attempt int, prev int64) (*Lock, error) {
+func (wt *waiter) pause(ctx context.Context, cfg *config, out *outcome, attempt int, prev int64) (*Lock, error) {
 	c := wt.c
 	wt.asked++
 	d, again := cfg.retry.Backoff(wt.asked)
@@ -298,7 +295,7 @@ func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attem
 		d = min(d, left)
 	}
 	if !again {
-		return nil, qe
+		return nil, out.err
 	}
 	var err error
 	if attempt == 1 {
@@ -313,14 +310,14 @@ func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attem
 			}
 		}
 	}
-	if err == nil && qe.split && wt.ticket != prev {
+	if err == nil && out.split && wt.ticket != prev {
 		// The nodes gave this call different tickets (a node's
 		// counter had started over): queue again at once with the
 		// largest, so that every node orders the waiters alike.
 		return nil, nil
 	}
 	if err == nil {
-		if qe.queued && wt.w.listening(c.quorum) {
+		if out.queued && wt.w.listening(c.quorum) {
 			// Queued on a majority, and heard by a majority: the
 			// release that reserves the key for this call names
 			// it, and wakes no one else. Wake for that, or to
@@ -330,15 +327,15 @@ func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attem
 				d = min(d, max(0, wt.giveUp.Sub(c.clk.Now())))
 			}
 		}
-		if qe.freeIn > 0 {
-			d = min(d, qe.freeIn)
+		if out.freeIn > 0 {
+			d = min(d, out.freeIn)
 		}
 		var wk wake
 		if wk, err = c.sleep(ctx, d, wt.w, wt.o, c.spread(), true); wk.g != nil {
 			return wk.g, nil
 		}
-		if err == nil && !wt.lost && qe.undone() && wt.w.grantedBy(c.quorum) {
-			if g := c.granted(wt.key, cfg, wt.grant, wt.ticket, qe.started); g != nil {
+		if err == nil && !wt.lost && out.undone() && wt.w.grantedBy(c.quorum) {
+			if g := c.granted(wt.key, cfg, wt.grant, wt.ticket, out.started); g != nil {
 				return g, nil
 			}
 		}
@@ -347,8 +344,8 @@ func (wt *waiter) pause(ctx context.Context, cfg *config, qe *QuorumError, attem
 		if err == ErrClosed {
 			return nil, err
 		}
-		qe.setContext(ctx)
-		return nil, qe
+		out.err.setContext(ctx)
+		return nil, out.err
 	}
 	return nil, nil
 }

@@ -13,26 +13,66 @@ import (
 
 // attempt is one round of the algorithm: SET NX PX everywhere in parallel,
 // count, check validity, roll back on failure. wait asks the nodes that
-// refuse for the holder's TTL. It returns a Lock, or a *QuorumError, or
-// ErrClosed.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *QuorumError, error) {
+// refuse for the holder's TTL. It returns a Lock, or the failed attempt's
+// outcome, or ErrClosed.
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *outcome, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	l, qe := c.try(ctx, key, cfg, wait, ticket, grant, token)
+	l, out := c.try(ctx, key, cfg, wait, ticket, grant, token)
 	c.life.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
-	if qe != nil && c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.Debug("redlock: attempt failed", "key", key, "validity", qe.Validity, "err", qe)
+	if out != nil && c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("redlock: attempt failed", "key", key, "validity", out.err.Validity, "err", out.err)
 	}
-	return l, qe, nil
+	return l, out, nil
+}
+
+// outcome is a failed attempt as the wait loop reads it: the caller's
+// error (err, the *QuorumError it returns should the call end there),
+// and what the loop needs to go on, which the caller never sees.
+type outcome struct {
+	err     *QuorumError
+	perm    []int8        // per node, a refusal no retry changes (see refusals)
+	freeIn  time.Duration // when the holder's keys free a majority; 0 unknown
+	ticket  int64         // waiting: the largest ticket a node queued the call with (see node.Handoffer)
+	queued  bool          // waiting: a majority queued the call
+	split   bool          // waiting: nodes queued the call with different tickets
+	started time.Time     // waiting: when the attempt's round began
+	lost    bool          // waiting: a node's reply is unknown (failed, or still out)
+	// Waiting: the attempt's chain, and its rollback's release on each
+	// node where the attempt set the key (see undone).
+	ch   *chain
+	undo []*step
+	sent *inflight // waiting: the attempt's commands that may register the call (see Client.leaveWaiters)
+}
+
+// failure is the outcome of an attempt that failed with qe alone.
+func failure(qe *QuorumError) *outcome { return &outcome{err: qe} }
+
+// undone reports whether a waiting attempt's rollback has freed every key
+// the attempt set: its release has returned Done on each such node (the
+// attempt's token is gone there; the script queued the client again too,
+// see Client.rollback). Until then the call counts no grant (see
+// Client.granted): a holder's release that comes to such a node while it
+// still holds the attempt's token hands nothing on, and the requeue that
+// follows would leave the client queued there behind a lock held by
+// grants. A release that failed, and is retried without the requeue,
+// keeps it false.
+func (o *outcome) undone() bool {
+	for _, s := range o.undo {
+		if !o.ch.stepSet(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *QuorumError) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *outcome) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
-		return nil, notStarted("acquire", key, c, ctx, ErrNotAcquired)
+		return nil, failure(notStarted("acquire", key, c, ctx, ErrNotAcquired))
 	}
 	if token == "" {
 		// A fresh token per attempt (see Client.retry).
@@ -53,18 +93,18 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		}
 		r.Collect() // acquires that answered since: wait for their release too
 		c.rollback(ctx, l, r, 0)
-		return nil, qe
+		return nil, failure(qe)
 	}
 	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
 }
 
 // refused ends an attempt whose round r did not take l: it rolls r back
 // (queueing the client again where a waiting attempt set the key) and
-// returns the error the retry loop reads, with r's replies, validity as
-// the round measured it, and for a waiting attempt its ticket, the
-// commands that may still register the call, and how long until the
-// holder's keys expire.
-func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *QuorumError {
+// returns the outcome the retry loop reads: the error with r's replies
+// and validity as the round measured it, the refusals, how long until
+// the holder's keys expire, and for a waiting attempt its ticket and the
+// commands that may still register the call.
+func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *outcome {
 	key := l.k.Name
 	requeue := int64(0)
 	if wait && c.caps.handoff && cfg.ownLine() {
@@ -81,12 +121,13 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
+	out := &outcome{err: qe}
 	// Replies that came in during the rollback tell more about when the
 	// holder's keys expire; the error reports the round as decided.
 	n := r.Collect()
-	qe.perm = refusals(r.Replies)
+	out.perm = refusals(r.Replies)
 	decided := c.clk.Now()
-	if n.Pending > 0 && (wait || slices.Contains(qe.perm, 1)) {
+	if n.Pending > 0 && (wait || slices.Contains(out.perm, 1)) {
 		// Wait for the other nodes' replies (one node timeout at most):
 		// a refusal no retry changes tells whether the quorum is out of
 		// reach; a waiting attempt sleeps until the holder's keys expire
@@ -97,26 +138,26 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		for n.Pending > 0 && ctx.Err() == nil {
 			n = r.Wait(ctx.Done(), n.Done+n.Pending)
 		}
-		qe.perm = refusals(r.Replies)
+		out.perm = refusals(r.Replies)
 	}
-	if qe.freeIn = freeIn(r.Replies, c.quorum); qe.freeIn > 0 {
+	if out.freeIn = freeIn(r.Replies, c.quorum); out.freeIn > 0 {
 		// The TTLs count from the replies; the wait for the last ones
 		// has used part of them.
-		qe.freeIn = max(time.Millisecond, qe.freeIn-c.clk.Since(decided))
+		out.freeIn = max(time.Millisecond, out.freeIn-c.clk.Since(decided))
 	}
 	if wait {
-		qe.ticket, qe.queued, qe.split = tickets(r.Replies, c.quorum)
-		qe.started = r.Started()
+		out.ticket, out.queued, out.split = tickets(r.Replies, c.quorum)
+		out.started = r.Started()
 		for i, rep := range r.Replies {
-			qe.lost = qe.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
+			out.lost = out.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
 			if rep.Err == nil && rep.Result.Status == node.Done {
-				qe.undo = append(qe.undo, &l.ch.tail[i]) // the rollback's release there
+				out.undo = append(out.undo, &l.ch.tail[i]) // the rollback's release there
 			}
 		}
-		qe.ch = &l.ch
-		qe.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
+		out.ch = &l.ch
+		out.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
 	}
-	return qe
+	return out
 }
 
 // confirm is a fenced acquire's second round, after a majority granted in

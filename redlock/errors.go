@@ -111,41 +111,9 @@ type QuorumError struct {
 	Attempts int
 	sentinel error
 	count    quorum.Count
-	freeIn   time.Duration // when the holder's keys free a majority; 0 unknown
-	ctxErr   error         // ctx.Err() of a caller's context that ended, else nil
-	cause    error         // context.Cause of it, when that differs from ctxErr
+	ctxErr   error // ctx.Err() of a caller's context that ended, else nil
+	cause    error // context.Cause of it, when that differs from ctxErr
 	nodes    *multierror.Error
-	perm     []int8    // acquire: per node, a refusal no retry changes (see refusals)
-	ticket   int64     // acquire: the largest ticket a node queued the caller with (see node.Handoffer)
-	queued   bool      // acquire: a majority queued the caller
-	split    bool      // acquire: nodes queued the caller with different tickets
-	started  time.Time // acquire: when the attempt's round began
-	lost     bool      // acquire: a node's reply is unknown (failed, or still out)
-	// acquire, waiting: the failed attempt's chain, and its rollback's
-	// release on each node where the attempt set the key (see undone).
-	// Client.retry clears both before it returns the error, which would
-	// otherwise keep the attempt's Lock alive.
-	ch   *chain
-	undo []*step
-	sent *inflight // the attempt's commands that may register the caller (see Client.leaveWaiters)
-}
-
-// undone reports whether a waiting attempt's rollback has freed every key
-// the attempt set: its release has returned Done on each such node (the
-// attempt's token is gone there; the script queued the client again too,
-// see Client.rollback). Until then the call counts no grant (see
-// Client.granted): a holder's release that comes to such a node while it
-// still holds the attempt's token hands nothing on, and the requeue that
-// follows would leave the client queued there behind a lock held by
-// grants. A release that failed, and is retried without the requeue,
-// keeps it false.
-func (qe *QuorumError) undone() bool {
-	for _, s := range qe.undo {
-		if !qe.ch.stepSet(s) {
-			return false
-		}
-	}
-	return true
 }
 
 // notStarted is the error of an operation that sent nothing because ctx

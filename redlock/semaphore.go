@@ -395,25 +395,25 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 			// place passes to a waiter that ends before its turn.
 			s.c.touchQueue(s.slots[slot], s.queue, s.c.caps.tag)
 		}
-		l, qe, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "")
+		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "")
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr
-		case qe == nil:
+		case out == nil:
 			return l, j + 1, poked, nil
 		}
-		err = qe
+		err = out.err
 		if p != nil {
-			p.ticket, p.queued = max(p.ticket, qe.ticket), qe.queued
-			if qe.sent != nil {
+			p.ticket, p.queued = max(p.ticket, out.ticket), out.queued
+			if out.sent != nil {
 				if p.sent == nil {
 					p.sent = map[int][]*inflight{}
 				}
-				p.sent[slot] = append(pending(p.sent[slot]), qe.sent)
+				p.sent[slot] = append(pending(p.sent[slot]), out.sent)
 			}
 		}
-		if qe.ctxErr != nil || s.c.hopeless(qe.perm) {
-			return nil, j + 1, poked, qe
+		if out.err.ctxErr != nil || s.c.hopeless(out.perm) {
+			return nil, j + 1, poked, out.err
 		}
 	}
 	return nil, n, poked, err
