@@ -434,7 +434,7 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 	got := time.Now()
 	if waits {
 		h.mu.Lock()
-		h.waits = append(h.waits, Wait{Holder: holder, Op: name, Group: group, Start: start, End: got, Served: err == nil, Cancelled: cancelled, Shared: name == "rlock"})
+		h.waits = append(h.waits, Wait{Holder: holder, Client: holder / h.cfg.Workers, Op: name, Group: group, Start: start, End: got, Served: err == nil, Cancelled: cancelled, Shared: name == "rlock"})
 		h.mu.Unlock()
 	}
 	if err != nil {

@@ -36,6 +36,9 @@ var Oracles = []Oracle{Exclusion, Permits, Release, Leftover, Starvation}
 // Wait is one call that waited for a key (Lock, RLock, Semaphore.Acquire).
 type Wait struct {
 	Holder int
+	// Client is the holder's client (host): its writers take turns
+	// for a key in the client's local queue (see Starved).
+	Client int
 	Op     string
 	// Group is the key, or for a semaphore the prefix of its slots' keys:
 	// the windows that count as the lock moving while the call waits.
@@ -90,18 +93,31 @@ type Grant struct {
 	Shared     bool // a read hold
 }
 
-// Starved returns the waits that were overtaken more than bound times:
-// while the wait went on, a call on the wait's group that began after it
-// (by another holder) was granted first. A waiter that queues is served
-// before those that come after it but for a few (a TryLock that finds
-// the key free between two attempts, a handoff within the releaser's
-// client); one passed over without end starves. A bound counts grants,
-// not time, so a slow machine does not make it fail. A reader that
-// came later and was let in first does not keep a waiting reader out
-// (readers hold together): only writers overtake a reader.
+// Starved returns the waits that were overtaken more than bound times
+// per turn: while the wait went on, a call on the wait's group that began
+// after it (by another holder) was granted first. A waiter that queues is
+// served before those that come after it but for a few (a TryLock that
+// finds the key free between two attempts, a handoff within the
+// releaser's client); one passed over without end starves. A bound
+// counts grants, not time, so a slow machine does not make it fail. A
+// reader that came later and was let in first does not keep a waiting
+// reader out (readers hold together): only writers overtake a reader.
+//
+// A turn is a place in the nodes' line: only the head of a client's
+// local queue of writers for a key waits there (redlock's Lock and
+// Semaphore.Acquire), so a writer that found k calls of its own client
+// waiting or holding ahead of it takes the line k+1 times, and may be
+// overtaken bound times at each.
 func Starved(waits []Wait, grants []Grant, bound int) []string {
 	var out []string
 	for _, w := range waits {
+		turns := 1
+		for _, s := range waits {
+			if !w.Shared && !s.Shared && s.Client == w.Client && s.Holder != w.Holder && s.Group == w.Group &&
+				s.Start.Before(w.Start) && s.End.After(w.Start) {
+				turns++ // a sibling ahead in the client's local queue
+			}
+		}
 		n := 0
 		for _, g := range grants {
 			if g.Holder != w.Holder && strings.HasPrefix(g.Key, w.Group) && !(w.Shared && g.Shared) &&
@@ -109,6 +125,7 @@ func Starved(waits []Wait, grants []Grant, bound int) []string {
 				n++
 			}
 		}
+		bound := bound * turns
 		if n > bound {
 			how := "unserved"
 			switch {

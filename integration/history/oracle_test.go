@@ -79,6 +79,23 @@ func TestStarvedFindsAWaiterOvertakenTooOften(t *testing.T) {
 		t.Fatalf("4 overtakes within a bound of 4 reported: %q", got)
 	}
 
+	// A writer behind a call of its own client (its sibling, waiting when
+	// it began) takes the nodes' line twice: its bound doubles.
+	behind := []history.Wait{
+		{Holder: 0, Client: 0, Op: "lock", Group: "x", Start: at(0), End: at(500), Served: true},
+		{Holder: 1, Client: 0, Op: "lock", Group: "x", Start: at(-1), End: at(200), Served: true},
+	}
+	if got := history.Starved(behind[:1], grants, 3); len(got) != 1 {
+		t.Fatalf("want holder 0 starved alone (4 overtakes, bound 3), got %q", got)
+	}
+	if got := history.Starved(behind, grants, 3); len(got) != 0 {
+		t.Fatalf("holder 0 behind its sibling (4 overtakes, bound 2×3) reported: %q", got)
+	}
+	behind[1].Client = 1 // another client's call: not in its local queue
+	if got := history.Starved(behind, grants, 3); len(got) != 1 {
+		t.Fatalf("want holder 0 starved behind another client's call, got %q", got)
+	}
+
 	// A waiting reader: later readers let in first do not keep it out;
 	// later writers do.
 	reader := []history.Wait{{Holder: 0, Op: "rlock", Group: "rw", Start: at(0), End: at(500), Served: true, Shared: true}}
