@@ -26,42 +26,52 @@ type Script struct {
 	Keys int
 }
 
-// Scripts are the scripts of a lock node. Each file in node/scripts
-// documents its KEYS, ARGV and reply; the Parse functions below read
-// the replies.
+// Scripts are the scripts of a lock node. The contract of each is the
+// header of its file in node/scripts (KEYS, ARGV and reply, in order),
+// summed up here; an ARGV marked optional may be left out at the end
+// (clients before it sent fewer). Keys is checked against the headers
+// by the package's tests; the Parse functions below read the replies.
 type Scripts struct {
-	// Acquire: KEYS key, Key.Waiters(); ARGV token, ttl ms, owner ("":
-	// do not queue), WaiterLease ms, ticket. Reply: ParseAcquire.
+	// Acquire (acquire.lua): KEYS key, Key.Waiters(); ARGV token, ttl
+	// ms, owner ("": do not queue), WaiterLease ms, ticket, grant
+	// (optional; "": a reservation), GrantTTL ms (optional). Reply:
+	// ParseAcquire.
 	Acquire Script
-	// Extend: KEYS key; ARGV token, ttl ms. Reply: ParseStatus.
+	// Extend (extend.lua): KEYS key; ARGV token, ttl ms. Reply:
+	// ParseStatus.
 	Extend Script
-	// Release: KEYS key, Key.Waiters(); ARGV token, "1" to hand on and
-	// announce or "0". Reply: ParseStatus.
+	// Release (release.lua): KEYS key, Key.Waiters(); ARGV token, "1" to
+	// hand on and announce or "0"; optional: owner, a rollback's ticket
+	// (Key.Requeue), its WaiterLease ms, the grant it asked for, a
+	// tombstone's ms (Key.Tomb). Reply: ParseStatus.
 	Release Script
-	// Inspect: KEYS key, ReadersKey(key). Reply: ParseInspect.
+	// Inspect (inspect.lua): KEYS key, ReadersKey(key). Reply:
+	// ParseInspect.
 	Inspect Script
-	// AcquireFenced: KEYS key, FenceKey(key), Key.Waiters(); ARGV token,
-	// ttl ms, counter TTL ms, WaiterLease ms, owner ("" for an attempt
-	// that does not queue), ticket. Reply: ParseAcquire.
+	// AcquireFenced (acquire_fenced.lua): KEYS key, FenceKey(key),
+	// Key.Waiters(); ARGV token, ttl ms, counter TTL ms, WaiterLease ms,
+	// owner ("": an attempt that does not queue), ticket. Reply:
+	// ParseAcquire.
 	AcquireFenced Script
-	// ConfirmFence: KEYS key, FenceKey(key); ARGV token, fence, counter
-	// TTL ms. Reply: ParseStatus.
+	// ConfirmFence (confirm_fence.lua): KEYS key, FenceKey(key); ARGV
+	// token, fence, counter TTL ms. Reply: ParseStatus.
 	ConfirmFence Script
-	// Transfer: KEYS key, Key.Waiters(); ARGV holder's token,
-	// successor's token, ttl ms, owner. Reply: ParseStatus.
+	// Transfer (transfer.lua): KEYS key, Key.Waiters(); ARGV holder's
+	// token, successor's token, ttl ms, owner. Reply: ParseStatus.
 	Transfer Script
-	// Leave: KEYS key, Key.Waiters(); ARGV owner. Reply: 1.
+	// Leave (leave.lua): KEYS key, Key.Waiters(); ARGV owner, grant
+	// (optional; LeaveAll: for good). Reply: 1.
 	Leave Script
-	// AcquireShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
-	// token, ttl ms, owner ("": do not queue), WaiterLease ms, ticket.
-	// Reply: ParseAcquire.
+	// AcquireShared (acquire_shared.lua): KEYS key, WaitersKey(key),
+	// ReadersKey(key); ARGV token, ttl ms, owner ("": do not queue),
+	// WaiterLease ms, ticket. Reply: ParseAcquire.
 	AcquireShared Script
-	// ExtendShared: KEYS key, ReadersKey(key); ARGV token, ttl ms.
-	// Reply: ParseStatus.
+	// ExtendShared (extend_shared.lua): KEYS key, ReadersKey(key); ARGV
+	// token, ttl ms. Reply: ParseStatus.
 	ExtendShared Script
-	// ReleaseShared: KEYS key, WaitersKey(key), ReadersKey(key); ARGV
-	// token, "1" to hand on and announce or "0", tombstone ms (optional,
-	// see Key.Tomb). Reply: ParseStatus.
+	// ReleaseShared (release_shared.lua): KEYS key, WaitersKey(key),
+	// ReadersKey(key); ARGV token, "1" to hand on and announce or "0",
+	// tombstone ms (optional, see Key.Tomb). Reply: ParseStatus.
 	ReleaseShared Script
 }
 
@@ -75,7 +85,7 @@ var luaScripts = Scripts{
 	Extend:        newLua(extendLua, 1),
 	Release:       newLua(releaseLua, 2, queueLua),
 	Inspect:       newLua(inspectLua, 2),
-	AcquireFenced: newLua(acquireFencedLua, 2, queueLua),
+	AcquireFenced: newLua(acquireFencedLua, 3, queueLua),
 	ConfirmFence:  newLua(confirmFenceLua, 2),
 	Transfer:      newLua(transferLua, 2, queueLua),
 	Leave:         newLua(leaveLua, 2, queueLua),
