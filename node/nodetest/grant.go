@@ -242,6 +242,27 @@ func testGrant(t *testing.T, f Factory) {
 	e.resultOf(e.n.Acquire(e.ctx, &sb, time.Minute, true))(node.Done, "b takes it")
 	e.resultOf(e.n.Release(e.ctx, &sb, true))(node.Done, "b releases")
 	assert.Equal(t, int64(0), e.do("EXISTS", s1.Name, line), "nothing is left")
+
+	// An Unlock of a slot hands it on to a head of another client, as on
+	// a lock's own queue: the releaser's own place in the line is for its
+	// next holder (a handoff within the client), or a stale one that a
+	// late waiting attempt made after the client left the line (a
+	// torture trace, stop 52: the slot stayed reserved for a client with
+	// no waiter for a lease).
+	a2 := node.Key{Name: "lk:grant:s2", Token: "tok-a2", Owner: "a"}.InQueue(line)
+	e.resultOf(e.n.Acquire(e.ctx, &a2, time.Minute, false))(node.Done, "a takes slot 2")
+	aw := node.Key{Name: "lk:grant:s1", Token: "tok-aw", Owner: "a"}.InQueue(line)
+	e.resultOf(e.n.Acquire(e.ctx, &node.Key{Name: "lk:grant:s1", Token: "tok-s0", Owner: "z"}, time.Minute, false))(node.Done, "z holds slot 1")
+	e.resultOf(e.n.Acquire(e.ctx, &aw, time.Minute, true))(node.Taken, "a's late attempt queues a in the line")
+	cw := node.Key{Name: a2.Name, Token: "tok-cw", Owner: "c"}.InQueue(line)
+	e.resultOf(e.n.Acquire(e.ctx, &cw, time.Minute, true))(node.Taken, "c waits behind a")
+	e.resultOf(e.n.Release(e.ctx, &a2, true))(node.Done, "a releases slot 2")
+	assert.Equal(t, "~c", e.get(a2.Name), "reserved for c, not for a's own place")
+	e.resultOf(e.n.Acquire(e.ctx, &cw, time.Minute, true))(node.Done, "c takes it")
+	e.resultOf(e.n.Release(e.ctx, &cw, true))(node.Done, "c releases")
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: a2.Name, Owner: "a", Queue: line}))
+	e.do("DEL", "lk:grant:s1")
+	assert.Equal(t, int64(0), e.do("EXISTS", a2.Name, "lk:grant:s1", line), "nothing is left")
 }
 
 // testTomb: a release with Key.Tomb that does not find its token leaves

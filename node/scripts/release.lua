@@ -15,10 +15,11 @@
 --          announces, and the racers that failed together would split
 --          the nodes again on their next attempts
 -- ARGV[3]  the caller's client tag (node.Key.Owner; "" or absent: none):
---          an Unlock on a lock's own queue hands the key on to the head
---          other than that client, whose next holder takes it from it in
---          its turn (node.Handoffer.Transfer), and whose place there may
---          be a stale registration that no waiting call would claim
+--          an Unlock hands the key on to the head other than that
+--          client, whose next holder takes it from it in its turn
+--          (node.Handoffer.Transfer), and whose place there may be a
+--          stale registration that no waiting call would claim; on a
+--          lock's own queue and on a semaphore's line alike
 -- ARGV[4]  a rollback's ticket ("0" or absent: none): the rolled-back
 --          attempt was a waiting one (node.Key.Requeue) that set the key
 --          here as the head of a queue, and left it; where it frees the
@@ -130,7 +131,7 @@ if requeue then
   end
 end
 local skip = nil
-if ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" and ARGV[3] and ARGV[3] ~= "" then
+if ARGV[2] == "1" and ARGV[3] and ARGV[3] ~= "" then
   skip = ARGV[3]
 end
 hand_on(KEYS[1], KEYS[2], skip, ARGV[2] ~= "1")
