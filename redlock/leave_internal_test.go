@@ -19,6 +19,7 @@ type leaveNode struct {
 	mu     sync.Mutex
 	leaves int
 	grants []string // each Leave's node.Key.Grant
+	names  []string // each Leave's node.Key.Name
 }
 
 func (n *leaveNode) Addr() string { return "leave:1" }
@@ -28,6 +29,7 @@ func (n *leaveNode) Leave(_ context.Context, k *node.Key) error {
 	defer n.mu.Unlock()
 	n.leaves++
 	n.grants = append(n.grants, k.Grant)
+	n.names = append(n.names, k.Name)
 	return nil
 }
 
@@ -130,4 +132,31 @@ func TestGrantedCallLeavesABareRequeue(t *testing.T) {
 		n := run(t, 3*time.Second, true) // node.GrantTTL is the lease: the Unlock drops it
 		assert.Never(t, func() bool { return n.count() > 0 }, 200*time.Millisecond, 5*time.Millisecond)
 	})
+}
+
+// TestSemaphoreLeaveWaitsForItsLocksAcquire: an Acquire that ends with a
+// slot leaves the semaphore's line at every slot, and at the slot it took
+// only once its lock's acquire there has returned: an acquire still on
+// its way that finds the slot taken queues the client again, after a
+// Leave that overtook it (a torture trace, stop 52: a slot then stayed
+// reserved for the client, its call gone, for a lease). A Lock call's
+// Leave waits for its lock's acquire the same way.
+func TestSemaphoreLeaveWaitsForItsLocksAcquire(t *testing.T) {
+	n := &leaveNode{}
+	c, err := New([]node.Node{n}, WithNodeTimeout(5*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	l := &Lock{c: c, k: node.Key{Name: s.slots[1], Owner: c.caps.tag, Token: "won"}}
+	l.ch = chain{c: c, k: &l.k, tail: make([]step, 1)} // its acquire on the node: not returned
+	s.leave(&place{tried: true}, l)
+	require.Eventually(t, func() bool { return n.count() == 1 }, 5*time.Second, time.Millisecond, "no Leave at the other slot")
+	assert.Never(t, func() bool { return n.count() > 1 }, 200*time.Millisecond, 5*time.Millisecond,
+		"the Leave at the lock's slot went before its acquire returned")
+	l.ch.finish(&l.ch.tail[0], node.Result{Status: node.Taken}, nil) // late, and refused: it queued the client
+	require.Eventually(t, func() bool { return n.count() == 2 }, 5*time.Second, time.Millisecond, "no Leave at the lock's slot")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	assert.Equal(t, []string{s.slots[0], s.slots[1]}, n.names)
 }

@@ -323,14 +323,14 @@ func (sw *semWait) end(l *Lock) {
 	passed := false
 	if sw.w != nil {
 		sw.w.rebuffer(sw.heard)
-		if passed = c.passOn(s.local, sw.w, sw.round, p, func() { s.leave(p) }); !passed {
+		if passed = c.passOn(s.local, sw.w, sw.round, p, func() { s.leave(p, l) }); !passed {
 			sw.w.stop()
 		}
 	}
 	if p != nil && p.tried && !passed {
 		// No waiter of this client takes over its place in the
 		// line (and the reservations announced to it).
-		s.leave(p)
+		s.leave(p, l)
 	}
 }
 
@@ -351,11 +351,21 @@ type place struct {
 // its slot left the line there, but a waiting attempt still on its way
 // when a handoff came may have queued the client again; on each node the
 // Leave waits for p's attempts there, and is owed again when one may
-// still run late) and at every slot, so that a slot reserved for the client is handed on to the next
-// client in line (Handoffer.Leave).
-func (s *Semaphore) leave(p *place) {
+// still run late) and at every slot, so that a slot reserved for the
+// client is handed on to the next client in line (Handoffer.Leave). At
+// the slot of l, the lock the call took (nil: none), the Leave also
+// waits for l's acquire, as a Lock call's does (Client.leaveWaiters): one
+// still on its way to a node queues the client again there if it finds
+// the slot taken (a torture trace, stop 52: it came 70 ms late, after
+// the Leave, and a release then reserved a slot for the client, its call
+// gone, for a lease).
+func (s *Semaphore) leave(p *place, l *Lock) {
 	for i, k := range s.slots {
-		s.c.leaveWaiters(s.c.register(k, s.queue, "", s.c.caps.tag), nil, p.sent[i], false)
+		var held *Lock
+		if l != nil && l.k.Name == k {
+			held = l
+		}
+		s.c.leaveWaiters(s.c.register(k, s.queue, "", s.c.caps.tag), held, p.sent[i], false)
 	}
 }
 
