@@ -157,6 +157,7 @@ type State struct {
 	run  sync.RWMutex
 	down atomic.Int64 // UnixNano until which the node is down; 0: up
 	off  atomic.Bool  // faults stopped (Stop)
+	slow atomic.Int64 // commands that timed out after Stop, no fault injected
 	late sync.WaitGroup
 	// counts by Kind of the faults injected through this node's
 	// wrappers.
@@ -201,6 +202,11 @@ func (s *State) Restart(ctx context.Context, down time.Duration) error {
 // short would bring back a node that lost its keys before the longest
 // TTL ran out), and commands already made late still run (see Drain).
 func (s *State) Stop() { s.off.Store(true) }
+
+// Slow returns how many commands timed out after Stop: the node (or
+// the machine it runs on) answered later than the caller's deadline
+// with no fault injected.
+func (s *State) Slow() int64 { return s.slow.Load() }
 
 // Drain waits until every late command has run.
 func (s *State) Drain() { s.late.Wait() }
@@ -312,7 +318,11 @@ type command func(ctx context.Context) (node.Result, error)
 // of them, since a node may not keep a *node.Key past its return.
 func (n *Node) do(ctx context.Context, op string, run command, detach func() command) (node.Result, error) {
 	if n.st.off.Load() {
-		return n.runUp(ctx, op, run)
+		res, err := n.runUp(ctx, op, run)
+		if errors.Is(err, node.ErrTimeout) {
+			n.st.slow.Add(1)
+		}
+		return res, err
 	}
 	f := n.sched.Decide(n.stream, n.seq.Add(1))
 	if f.Kind != None {

@@ -121,6 +121,11 @@ type Result struct {
 	// Tombstones counts the tombstones found after Close that expire by
 	// themselves within Config.TombMax (not left over).
 	Tombstones int
+	// SlowCalls counts the clients' node calls that timed out between
+	// the end of the faults and the Release oracle's verdict, no fault
+	// injected (faultnode.State.Slow): the nodes or the machine were
+	// slower than the node timeout then.
+	SlowCalls int64
 	// Trace is every command the nodes ran and every mark (see
 	// Config.Trace), in order, when Config.Trace is set and Release,
 	// Leftover or Starvation failed.

@@ -25,9 +25,12 @@ type Summary struct {
 	// histories with at least one, and Seeds the first seeds of those.
 	Violations, Failing map[Oracle]int
 	Seeds               map[Oracle][]int64
-	HarnessErrors       int
-	Unreadable          int
-	Elapsed             time.Duration
+	// SlowRelease counts the histories that failed Release while node
+	// calls timed out after the faults stopped (Result.SlowCalls).
+	SlowRelease   int
+	HarnessErrors int
+	Unreadable    int
+	Elapsed       time.Duration
 }
 
 func newSummary() *Summary {
@@ -56,6 +59,9 @@ func (s *Summary) add(r *Result) {
 		if len(s.Seeds[o]) < 10 {
 			s.Seeds[o] = append(s.Seeds[o], r.Seed)
 		}
+	}
+	if len(r.Violations[Release]) > 0 && r.SlowCalls > 0 {
+		s.SlowRelease++
 	}
 	if len(r.Errors) > 0 {
 		s.HarnessErrors++
@@ -87,6 +93,9 @@ func (s *Summary) String() string {
 		fmt.Fprintf(&b, "  %-10s %6d violations in %5d histories", o, s.Violations[o], s.Failing[o])
 		if len(s.Seeds[o]) > 0 {
 			fmt.Fprintf(&b, "  seeds %v", s.Seeds[o])
+		}
+		if o == Release && s.Failing[o] > 0 {
+			fmt.Fprintf(&b, "\n  %-10s %6s (%d of these histories while node calls timed out after the faults stopped, no fault injected)", "", "", s.SlowRelease)
 		}
 		b.WriteByte('\n')
 	}
