@@ -323,7 +323,10 @@ func (sw *semWait) end(l *Lock) {
 	passed := false
 	if sw.w != nil {
 		sw.w.rebuffer(sw.heard)
-		if passed = c.passOn(s.local, sw.w, sw.round, p, func() { s.leave(p, l) }); !passed {
+		// The next waiter that takes the place leaves it when it ends;
+		// should none take it, the leave runs later, when l may be in
+		// its holder's hands (its chain moving on): without l then.
+		if passed = c.passOn(s.local, sw.w, sw.round, p, func() { s.leave(p, nil) }); !passed {
 			sw.w.stop()
 		}
 	}
