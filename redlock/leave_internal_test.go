@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -159,4 +160,33 @@ func TestSemaphoreLeaveWaitsForItsLocksAcquire(t *testing.T) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	assert.Equal(t, []string{s.slots[0], s.slots[1]}, n.names)
+}
+
+// TestOwedLeaveGoesToEverySlotOfALine: a Leave owed in a semaphore's
+// line (a command of the call may still run late there and queue the
+// client again) is sent again at every slot, since a release of any slot
+// may reserve it for that stale entry (a torture trace, stop 52); not
+// while an Acquire of the client waits in the line, whose entry it is.
+func TestOwedLeaveGoesToEverySlotOfALine(t *testing.T) {
+	n := &leaveNode{}
+	c, err := New([]node.Node{n}, WithNodeTimeout(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := c.Semaphore("s", 3)
+	require.NoError(t, err)
+	names := func() []string {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return slices.Clone(n.names)
+	}
+
+	turn := c.join(s.local) // an Acquire of the client waits in the line
+	c.owe(node.Key{Name: s.slots[1], Queue: s.queue, Owner: c.caps.tag}, 0)
+	assert.Never(t, func() bool { return n.count() > 0 }, 300*time.Millisecond, 5*time.Millisecond,
+		"an owed Leave went while a call of the client waits in the line")
+	c.leave(s.local, turn, nil)
+	require.Eventually(t, func() bool { return n.count() >= 3 }, 5*time.Second, time.Millisecond, "no Leave at every slot")
+	got := names()[:3]
+	slices.Sort(got)
+	assert.Equal(t, s.slots, got)
 }

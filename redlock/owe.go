@@ -41,13 +41,25 @@ const maxOwed = 4096
 // timeout (resendMax): the registration, or a key a release reserved or
 // granted to it, is gone within that wait of the late command, not a
 // lease later. Close sends what is still owed once
-// more (leaveOwed).
+// more (leaveOwed). In a semaphore's line, which serves every slot, the
+// Leave is owed at every slot: a registration the late command makes may
+// have a release of any slot reserve that slot for the client (a torture
+// trace, stop 52), and only a Leave at that slot hands it on.
 func (c *Client) owe(k node.Key, i int) {
 	now := c.clk.Now()
+	names := []string{k.Name}
+	if slots := lineSlots(k.Queue); slots != nil {
+		names = slots
+	}
 	c.reg.mu.Lock()
 	c.reg.owed = slices.DeleteFunc(c.reg.owed, func(o owedLeave) bool { return !now.Before(o.until) })
-	if len(c.reg.owed) < maxOwed {
-		c.reg.owed = append(c.reg.owed, owedLeave{k: k, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout()),
+	for _, name := range names {
+		if len(c.reg.owed) >= maxOwed {
+			break
+		}
+		ko := k
+		ko.Name = name
+		c.reg.owed = append(c.reg.owed, owedLeave{k: ko, i: i, until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout()),
 			next: now.Add(finishFirst), wait: 2 * finishFirst})
 	}
 	start := !c.reg.reowing
@@ -118,13 +130,14 @@ func (c *Client) resendDue() {
 	left := make(chan struct{})
 	var due []owedLeave
 	var gated []string
+	waiting := c.semWaiting()
 	c.reg.mu.Lock()
 	for j := range c.reg.owed {
 		o := &c.reg.owed[j]
 		if o.next.After(now) {
 			continue
 		}
-		if o.k.Grant == "" && c.registered(&o.k) {
+		if o.k.Grant == "" && (c.registered(&o.k) || waiting[o.k.Queue]) {
 			// The entry is that call's now: not sent while it is
 			// registered, but kept for after it has left.
 			o.next = now.Add(o.wait)
@@ -151,6 +164,25 @@ func (c *Client) resendDue() {
 	}
 	c.reg.mu.Unlock()
 	close(left)
+}
+
+// semWaiting returns the semaphores' lines (Semaphore.queue) where an
+// Acquire of this client waits: the line's entry is that call's (the
+// nodes know a waiter by its client's tag), as for a registered Lock
+// call in resendDue. Under c.lq.mu, taken apart from c.reg.mu.
+func (c *Client) semWaiting() map[string]bool {
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	var out map[string]bool
+	for local, q := range c.lq.queues {
+		if line := localLine(local); line != "" && len(q.waiters) > 0 {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[line] = true
+		}
+	}
+	return out
 }
 
 // resendMax is the longest wait between sends of an owed Leave to node

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -63,15 +64,65 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	// queue's head (Lock.queue). The number of permits is part of it: a
 	// Semaphore of the same name with other permits has its own queue,
 	// subscriptions and handoffs (its waiters may not take every slot).
-	s.local = "\x00sem\x00" + strconv.Itoa(permits) + "\x00" + s.slots[0]
+	s.local = semLocal(permits, s.slots[0])
 	// One queue on the nodes for every slot, its line, with the
 	// permits in its name for the same reason: a release hands its slot
 	// to the longest-waiting client that has no slot reserved yet. Not
 	// a lock's queue (node.WaitersKey): the scripts tell a queue that
 	// serves several keys by that.
-	s.queue = c.cfg.prefix + name + ":permits:" + strconv.Itoa(permits) + ":line"
+	s.queue = semLine(c.cfg.prefix+name, permits)
 	return s, nil
 }
+
+// semLocal is the key of a client's local queue of waiters for the
+// semaphore of permits whose first slot is slot0.
+func semLocal(permits int, slot0 string) string {
+	return "\x00sem\x00" + strconv.Itoa(permits) + "\x00" + slot0
+}
+
+// semLine is the nodes' queue (its line) of the semaphore of permits
+// whose slots' keys begin with base (the client's prefix and the name).
+func semLine(base string, permits int) string {
+	return base + ":permits:" + strconv.Itoa(permits) + ":line"
+}
+
+// lineSlots returns the keys of the slots a semaphore's line serves
+// (queue, see semLine); nil when queue is not a semaphore's line, or
+// serves more than maxLineSlots.
+func lineSlots(queue string) []string {
+	rest, ok := strings.CutSuffix(queue, ":line")
+	i := strings.LastIndex(rest, ":permits:")
+	if !ok || i < 0 {
+		return nil
+	}
+	permits, err := strconv.Atoi(rest[i+len(":permits:"):])
+	if err != nil || permits < 1 || permits > maxLineSlots {
+		return nil
+	}
+	slots := make([]string, permits)
+	for j := range slots {
+		slots[j] = rest[:i] + ":permit:" + strconv.Itoa(j)
+	}
+	return slots
+}
+
+// localLine returns the line of the semaphore whose client queue is
+// local (see semLocal); "" when local is a lock's key.
+func localLine(local string) string {
+	rest, ok := strings.CutPrefix(local, "\x00sem\x00")
+	p, slot0, found := strings.Cut(rest, "\x00")
+	permits, err := strconv.Atoi(p)
+	base, isSlot0 := strings.CutSuffix(slot0, ":permit:0")
+	if !ok || !found || err != nil || !isSlot0 {
+		return ""
+	}
+	return semLine(base, permits)
+}
+
+// maxLineSlots bounds the slots an owed Leave is sent again at (see
+// Client.owe): beyond it, a slot reserved for a gone call lapses with
+// its lease.
+const maxLineSlots = 64
 
 // PermitKey is the key of slot i of the semaphore name, without a
 // client's prefix: name + ":permit:" + i.
