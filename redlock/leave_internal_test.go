@@ -190,3 +190,63 @@ func TestOwedLeaveGoesToEverySlotOfALine(t *testing.T) {
 	slices.Sort(got)
 	assert.Equal(t, s.slots, got)
 }
+
+// fullNode answers every acquire Taken (every slot held by another
+// client) and records, per acquire, whether it was a waiting one (it
+// queues the client); releases find nothing, Leaves do nothing.
+type fullNode struct {
+	node.Node
+	node.Handoffer
+	mu    sync.Mutex
+	waits []bool
+}
+
+func (n *fullNode) Addr() string { return "full:1" }
+
+func (n *fullNode) Acquire(_ context.Context, _ *node.Key, _ time.Duration, wait bool) (node.Result, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.waits = append(n.waits, wait)
+	return node.Result{Status: node.Taken, TTL: time.Hour}, nil
+}
+
+func (n *fullNode) Release(context.Context, *node.Key, bool) (node.Result, error) {
+	return node.Result{Status: node.Absent}, nil
+}
+
+func (n *fullNode) Leave(context.Context, *node.Key) error { return nil }
+
+func (n *fullNode) take() []bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.waits
+	n.waits = nil
+	return w
+}
+
+// TestSemaphoreQueuesFromItsFirstRoundWhenHot: an Acquire's first round
+// tries the slots without queueing, and joins the line from its second;
+// on a semaphore the client found full lately, its first round queues
+// already, as a Lock's first attempt on a hot key does (stop 52's
+// torture: TryAcquire calls took slots freed while a waiter's rounds
+// were still plain).
+func TestSemaphoreQueuesFromItsFirstRoundWhenHot(t *testing.T) {
+	n := &fullNode{}
+	c, err := New([]node.Node{n}, WithNodeTimeout(time.Second), WithRetry(LinearBackoff(time.Millisecond)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := c.Semaphore("s", 2)
+	require.NoError(t, err)
+	_, err = s.Acquire(context.Background(), WithMaxWait(30*time.Millisecond))
+	require.ErrorIs(t, err, ErrNotAcquired)
+	first := n.take()
+	require.Greater(t, len(first), 2, "more than one round")
+	assert.Equal(t, []bool{false, false}, first[:2], "a cold semaphore's first round does not queue")
+	assert.True(t, first[2], "its second round queues")
+
+	_, err = s.Acquire(context.Background(), WithMaxWait(30*time.Millisecond))
+	require.ErrorIs(t, err, ErrNotAcquired)
+	again := n.take()
+	require.GreaterOrEqual(t, len(again), 2)
+	assert.Equal(t, []bool{true, true}, again[:2], "on a semaphore found full lately, the first round queues")
+}

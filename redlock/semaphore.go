@@ -170,7 +170,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // clients waiting for any slot, in the order they came: a release
 // reserves its slot for the client at the head of the line that has no
 // slot reserved yet, and wakes only that client (docs/DESIGN.md,
-// "Semaphores").
+// "Semaphores"). A client joins the line once a round found every slot
+// held, or from its first round on a semaphore it found full within the
+// last 4 s.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err error) {
 	c := s.c
 	cfg, err := c.lockConfig(s.name, opts)
@@ -196,6 +198,15 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (l *Lock, err e
 	// every client's waiters.
 	sw.o = c.offer(s.local, &cfg)
 	tryNow := sw.inherit()
+	if sw.p == nil && c.caps.handoff && c.contended(s.local) {
+		// A semaphore this client had to wait for lately is likely
+		// full again: its first round queues in the line, as a Lock
+		// call's first attempt on a hot key does (hotFor), so that a
+		// release reserves a slot for it rather than freeing one that
+		// any TryAcquire takes first (a torture trace, stop 52: four
+		// of six overtakes of a waiter were TryAcquire calls).
+		sw.p = &place{}
+	}
 	for {
 		poked := false
 		if tryNow {
@@ -310,6 +321,7 @@ func (sw *semWait) tryRound(ctx context.Context, cfg *config) (l *Lock, poked, d
 	if sw.p == nil {
 		sw.p = &place{} // every slot is held: the next rounds queue
 	}
+	sw.s.c.waited(sw.s.local) // and the next Acquire's first
 	return nil, poked, false, nil
 }
 
