@@ -133,7 +133,7 @@ func TestScriptsAreTheNodePackages(t *testing.T) {
 	assert.Equal(t, 3, s.AcquireShared.Keys)
 	assert.Equal(t, 2, s.ExtendShared.Keys)
 	assert.Equal(t, 3, s.ReleaseShared.Keys)
-	assert.Equal(t, 2, s.AcquireFenced.Keys)
+	assert.Equal(t, 3, s.AcquireFenced.Keys) // the key, its fence counter, its waiters
 	assert.Equal(t, 2, s.ConfirmFence.Keys)
 }
 
