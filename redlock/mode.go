@@ -59,9 +59,11 @@ func (m mode) owner(c *Client) string {
 // key is the node.Key of a call of this kind on key with token: its
 // owner, ticket and grant, in its queue.
 func (m mode) key(c *Client, key, token string, ticket int64, grant string) node.Key {
-	k := node.NewKey(key, token)
+	var k node.Key
 	if m.shared {
 		k = node.NewSharedKey(key, token) // and its readers' keys
+	} else {
+		k = node.NewKey(key, token)
 	}
 	k.Owner, k.Ticket, k.Grant = m.owner(c), ticket, grant
 	if m.queue != "" {

@@ -16,8 +16,8 @@ type wake struct {
 	g *Lock
 	// slots are the watched keys (a semaphore's slots, by index) heard
 	// released or reserved for this client; nil: none said which (the
-	// delay passed, or a local release): try them all. A Lock ignores
-	// them: it has one key.
+	// delay passed, or a local release): try them all. Nil for a Lock,
+	// which has one key.
 	slots []int
 	// dropped are the keys heard released while a handoff or a poke was
 	// awaited (Client.awaited), and not otherwise reported: a semaphore
@@ -109,6 +109,10 @@ func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offe
 		if c.awaited(o) {
 			dropped = append(dropped, i)
 			continue
+		}
+		if nkeys == 1 {
+			// A lock's one key: nothing to tell the attempt.
+			return wake{g: given(gift), dropped: dropped}, nil
 		}
 		hint := append([]int{i}, w.pending()...)
 		slices.Sort(hint)
