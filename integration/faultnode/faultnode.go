@@ -158,7 +158,9 @@ type State struct {
 	down atomic.Int64 // UnixNano until which the node is down; 0: up
 	off  atomic.Bool  // faults stopped (Stop)
 	slow atomic.Int64 // commands that timed out after Stop, no fault injected
-	late sync.WaitGroup
+	// lastSlow is when the last of them timed out (UnixNano; 0: none).
+	lastSlow atomic.Int64
+	late     sync.WaitGroup
 	// counts by Kind of the faults injected through this node's
 	// wrappers.
 	counts [numKinds]atomic.Int64
@@ -207,6 +209,15 @@ func (s *State) Stop() { s.off.Store(true) }
 // the machine it runs on) answered later than the caller's deadline
 // with no fault injected.
 func (s *State) Slow() int64 { return s.slow.Load() }
+
+// LastSlow returns when the last command counted by Slow timed out;
+// the zero Time when none has.
+func (s *State) LastSlow() time.Time {
+	if n := s.lastSlow.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // Drain waits until every late command has run.
 func (s *State) Drain() { s.late.Wait() }
@@ -321,6 +332,7 @@ func (n *Node) do(ctx context.Context, op string, run command, detach func() com
 		res, err := n.runUp(ctx, op, run)
 		if errors.Is(err, node.ErrTimeout) {
 			n.st.slow.Add(1)
+			n.st.lastSlow.Store(time.Now().UnixNano())
 		}
 		return res, err
 	}

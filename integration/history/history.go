@@ -126,6 +126,10 @@ type Result struct {
 	// injected (faultnode.State.Slow): the nodes or the machine were
 	// slower than the node timeout then.
 	SlowCalls int64
+	// Extended says that the Release oracle found the keys free only
+	// after its bound, within the bound counted from a node call that
+	// timed out with no fault injected (see checkFree).
+	Extended bool
 	// Trace is every command the nodes ran and every mark (see
 	// Config.Trace), in order, when Config.Trace is set and Release,
 	// Leftover or Starvation failed.

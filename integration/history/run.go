@@ -27,7 +27,10 @@ type Summary struct {
 	Seeds               map[Oracle][]int64
 	// SlowRelease counts the histories that failed Release while node
 	// calls timed out after the faults stopped (Result.SlowCalls).
-	SlowRelease   int
+	SlowRelease int
+	// Extended counts the histories that passed Release only by the
+	// bound counted from a node call that timed out (Result.Extended).
+	Extended      int
 	HarnessErrors int
 	Unreadable    int
 	Elapsed       time.Duration
@@ -63,6 +66,9 @@ func (s *Summary) add(r *Result) {
 	if len(r.Violations[Release]) > 0 && r.SlowCalls > 0 {
 		s.SlowRelease++
 	}
+	if r.Extended && len(r.Violations[Release]) == 0 {
+		s.Extended++
+	}
 	if len(r.Errors) > 0 {
 		s.HarnessErrors++
 	}
@@ -96,6 +102,9 @@ func (s *Summary) String() string {
 		}
 		if o == Release && s.Failing[o] > 0 {
 			fmt.Fprintf(&b, "\n  %-10s %6s (%d of these histories while node calls timed out after the faults stopped, no fault injected)", "", "", s.SlowRelease)
+		}
+		if o == Release && s.Extended > 0 {
+			fmt.Fprintf(&b, "\n  %-10s %6s (%d histories free only within the bound counted from a node call that timed out after the faults stopped, no fault injected)", "", "", s.Extended)
 		}
 		b.WriteByte('\n')
 	}
