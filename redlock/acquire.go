@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/quorumlock/redlock/node"
@@ -52,15 +51,17 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 		attempts int
 		err      error
 	)
-	var giveUp time.Time // WithMaxWait's limit, on the client's clock
-	if cfg.maxWait > 0 {
-		giveUp = start.Add(cfg.maxWait)
-	}
-	if once || !cfg.takesTurns() {
-		// TryLock, and readers: they neither queue nor take turns.
-		l, attempts, err = c.retry(ctx, key, cfg, false, giveUp)
+	if once {
+		l, attempts, err = c.tryOnce(ctx, key, cfg)
 	} else {
-		l, attempts, err = c.wait(ctx, key, cfg, giveUp)
+		// Lock (turns, queue, handoff), and RLock (readers take
+		// no turns and do not queue: cfg.takesTurns).
+		wt := waiter{c: c, key: key, queued: cfg.takesTurns()}
+		if cfg.maxWait > 0 {
+			wt.giveUp = start.Add(cfg.maxWait)
+		}
+		l, err = c.acquire(ctx, cfg, target{k: &wt})
+		attempts = wt.made
 	}
 	if h := c.cfg.hooks.Acquire; h != nil {
 		h(AcquireInfo{Key: key, Wait: c.clk.Since(start), Attempts: attempts, Err: err})
@@ -68,71 +69,162 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 	return l, err
 }
 
-// wait is Lock's retry loop behind the key's local queue: it waits for
-// this call's turn among the client's waiters for key, then retries.
-func (c *Client) wait(ctx context.Context, key string, cfg *config, giveUp time.Time) (l *Lock, attempts int, err error) {
-	turn := c.join(key)
-	defer func() { c.leave(key, turn, l) }()
-	if err := c.awaitTurn(ctx, turn, giveUp, key); err != nil {
-		return nil, 0, err
+// tryOnce is TryLock's one plain attempt. It needs nothing of the wait
+// loop (no turn, no queue, no subscription, no wait): kept out of it,
+// an uncontended TryLock does not move a waiter to the heap.
+func (c *Client) tryOnce(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
+	l, out, err := c.attempt(ctx, key, cfg, false, 0, "", "")
+	if out != nil {
+		out.err.Attempts = 1
+		return nil, 1, out.err
 	}
-	return c.retry(ctx, key, cfg, true, giveUp)
+	return l, 1, err
 }
 
-// retry makes attempts until one succeeds, cfg.retry gives up or cfg.maxWait has passed; it
-// returns the number of attempts made. After the first failure it
-// subscribes to the key's releases and, once subscribed, tries once more
-// at once (a release in between is not missed); later waits end at the
-// first release notification, at the moment the holder's keys expire on a
-// majority, or after the retry delay, whichever comes first. A call that
-// heads key's local queue (queued) also takes the lock when an Unlock of
-// this client hands it over (see handoff.go).
-func (c *Client) retry(ctx context.Context, key string, cfg *config, queued bool, giveUp time.Time) (l *Lock, attempt int, err error) {
-	// A key this client had to wait for lately is likely held again: the
-	// call subscribes first and queues from its first attempt (see
-	// hotFor) instead of spending a round on a plain SET to learn that.
-	// (Lock only, as queued says: TryLock never queues, readers take no turns.)
-	wt := waiter{c: c, key: key, queued: queued, giveUp: giveUp, hot: queued && c.contended(key)}
-	defer func() { wt.end(l, err) }()
-	for attempt = 1; ; attempt++ {
-		if g, waited, err := wt.awaitHandoff(ctx, cfg); waited {
-			if g != nil || err != nil {
-				return g, attempt - 1, err
-			}
-			attempt-- // no attempt made: the loop checks the holder again
-			continue
+// A target is what one waiting call tries to take: a lock's key (k, a
+// waiter: Lock and RLock) or a semaphore's slots (s, a semWait:
+// Semaphore.Acquire); one of the two is set. The wait loop
+// (Client.acquire) is the same for both; a target answers each of its
+// steps. (A struct, not an interface: through an interface the waiter
+// and the call's config of every uncontended Lock moved to the heap, two
+// allocations and about 580 B per cycle, measured with
+// BenchmarkLockUnlock.)
+type target struct {
+	k *waiter
+	s *semWait
+}
+
+// turn names the client's local queue the call takes its turn in ("":
+// none, it does not take turns), the key its errors name, and
+// WithMaxWait's limit (zero: none).
+func (t target) turn() (local, key string, giveUp time.Time) {
+	if t.s != nil {
+		return t.s.turn()
+	}
+	return t.k.turn()
+}
+
+// try makes the call's next attempt at the nodes (a semaphore's: a
+// round over its slots). done: the call ends with l or err; otherwise
+// the attempt failed and the call may wait.
+func (t target) try(ctx context.Context, cfg *config) (l *Lock, done bool, err error) {
+	if t.s != nil {
+		return t.s.try(ctx, cfg)
+	}
+	return t.k.try(ctx, cfg)
+}
+
+// backoff asks the RetryStrategy and WithMaxWait for the wait after a
+// failed try: d, or err when the call gives up, or now when something
+// the try learnt says to try again at once.
+func (t target) backoff(ctx context.Context, cfg *config) (d time.Duration, now bool, err error) {
+	if t.s != nil {
+		return t.s.backoff(ctx, cfg)
+	}
+	return t.k.backoff(ctx, cfg)
+}
+
+// subscribe, once, subscribes to the releases of the target and waits
+// up to d for the nodes to confirm: now says it subscribed, and the
+// loop tries again at once (a release between the failed try and the
+// subscription is not missed).
+func (t target) subscribe(ctx context.Context, cfg *config, d time.Duration) (now bool, err error) {
+	if t.s != nil {
+		return t.s.subscribe(ctx, cfg, d)
+	}
+	return t.k.subscribe(ctx, cfg, d)
+}
+
+// sleep waits up to d (Client.sleep) for a release, a reservation, a
+// grant or a handoff: it returns a lock handed over or granted, or the
+// error that ends the call, or neither: try again.
+func (t target) sleep(ctx context.Context, cfg *config, d time.Duration) (*Lock, error) {
+	if t.s != nil {
+		return t.s.sleep(ctx, cfg, d)
+	}
+	return t.k.sleep(ctx, cfg, d)
+}
+
+// end is the call's last step once its turn came, l the lock it
+// returns; it returns the lock the client's next waiter in the local
+// queue waits for before it tries the nodes (nil: none).
+func (t target) end(l *Lock) (next *Lock) {
+	if t.s != nil {
+		return t.s.end(l)
+	}
+	return t.k.end(l)
+}
+
+// acquire is the one wait loop of every call that takes a lock: Lock,
+// TryLock, RLock and Semaphore.Acquire.
+//
+//	turn ─► try ──ok/error──► end
+//	         ▲  └─failed─► backoff ──give up──► end
+//	         │                │ now
+//	         ├────────────────┤
+//	         │           subscribe (once) ──subscribed──┐
+//	         │                │                        │
+//	         │              sleep ──lock/error──► end  │
+//	         └────────────────┴────────────────────────┘
+//
+// A call that takes turns waits first for its turn among the client's
+// calls for the same key or semaphore (Client.join); only the head of
+// that local queue tries the nodes.
+func (c *Client) acquire(ctx context.Context, cfg *config, t target) (l *Lock, err error) {
+	local, key, giveUp := t.turn()
+	if local != "" {
+		turn := c.join(local)
+		var next *Lock // what the next waiter of the client waits for
+		defer func() { c.leave(local, turn, next) }()
+		if err := c.awaitTurn(ctx, turn, giveUp, key); err != nil {
+			return nil, err
 		}
-		tok, err := wt.prepare(ctx, cfg, attempt)
-		if err != nil {
-			return nil, attempt - 1, err
+		defer func() { next = t.end(l) }()
+	} else {
+		defer func() { t.end(l) }()
+	}
+	for {
+		if l, done, err := t.try(ctx, cfg); done {
+			return l, err
 		}
-		l, out, err := c.attempt(ctx, key, cfg, attempt > 1 || wt.hot, wt.ticket, wt.grant, tok)
+		d, now, err := t.backoff(ctx, cfg)
 		switch {
 		case err != nil:
-			return nil, attempt, err
-		case out == nil:
-			return l, attempt, nil
+			return nil, err
+		case now:
+			continue
 		}
-		prev, stop := wt.failed(out, attempt)
-		if stop {
-			return nil, attempt, out.err
+		if now, err := t.subscribe(ctx, cfg, d); err != nil {
+			return nil, err
+		} else if now {
+			continue
 		}
-		if g, err := wt.pause(ctx, cfg, out, attempt, prev); g != nil || err != nil {
-			return g, attempt, err
+		if l, err := t.sleep(ctx, cfg, d); l != nil || err != nil {
+			return l, err
 		}
 	}
 }
 
-// waiter is one retry call's state across its attempts. (The call's
+// waiter is one Lock or RLock call's state across its attempts: the
+// target of the wait loop (Client.acquire) for one key. Its attempts
+// are fresh per attempt (see prepare). A Lock call (queued) takes its
+// turn in key's local queue, queues on the nodes, and takes the lock
+// when an Unlock of this client hands it over (see handoff.go). (Its
 // config is passed to the methods that read it, not kept here: a
-// pointer in this value would move the config of every TryLock to the
-// heap, one allocation per uncontended cycle.)
+// pointer in this value would move every Lock call's config to the
+// heap.)
 type waiter struct {
 	c      *Client
 	key    string
 	queued bool      // Lock: the call heads key's local queue, and queues on the nodes
 	giveUp time.Time // WithMaxWait's limit, on the client's clock; zero: none
 	hot    bool      // the key was contended lately: subscribe and queue from the first attempt
+	began  bool      // hot is set (at the first try, once the call's turn came)
+
+	made       int      // attempts made
+	out        *outcome // the last failed attempt's
+	prev       int64    // the ticket before it
+	subscribed bool     // subscribe ran
 
 	w       *watches
 	o       *offer
@@ -147,9 +239,145 @@ type waiter struct {
 	reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
 }
 
-// end is retry's last step, whatever ended it: l the lock it returns,
-// err its error.
-func (wt *waiter) end(l *Lock, err error) {
+// turn is the key's local queue for a Lock call; readers take no turns.
+func (wt *waiter) turn() (local, key string, giveUp time.Time) {
+	if wt.queued {
+		local = wt.key
+	}
+	return local, wt.key, wt.giveUp
+}
+
+// try makes the call's next attempt: once no lock of this client holds
+// the key or hands it over (awaitHandoff), prepared (prepare), then
+// taken in by failed. A key this client had to wait for lately is
+// likely held again: a Lock call then subscribes first and queues from
+// its first attempt (see Client.contended) instead of spending a round
+// on a plain SET to learn that.
+func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
+	c := wt.c
+	if !wt.began {
+		wt.began, wt.hot = true, wt.queued && c.contended(wt.key)
+	}
+	for {
+		g, waited, err := wt.awaitHandoff(ctx, cfg)
+		if !waited {
+			break
+		}
+		if g != nil || err != nil {
+			return g, true, err
+		}
+	}
+	n := wt.made + 1
+	tok, err := wt.prepare(ctx, cfg, n)
+	if err != nil {
+		return nil, true, err
+	}
+	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, wt.ticket, wt.grant, tok)
+	wt.made = n
+	switch {
+	case err != nil:
+		return nil, true, err
+	case out == nil:
+		return l, true, nil
+	}
+	prev, stop := wt.failed(out, n)
+	if stop {
+		return nil, true, out.err
+	}
+	wt.out, wt.prev = out, prev
+	return nil, false, nil
+}
+
+// backoff is the RetryStrategy's next delay, within WithMaxWait's
+// limit. A call whose last attempt the nodes gave different tickets (a
+// node's counter had started over) queues again at once with the
+// largest, so that every node orders the waiters alike.
+func (wt *waiter) backoff(_ context.Context, cfg *config) (time.Duration, bool, error) {
+	c := wt.c
+	wt.asked++
+	d, again := cfg.retry.Backoff(wt.asked)
+	if !wt.giveUp.IsZero() {
+		left := wt.giveUp.Sub(c.clk.Now())
+		again = again && left > 0
+		d = min(d, left)
+	}
+	switch {
+	case !again:
+		return 0, false, wt.out.err
+	case wt.out.split && wt.ticket != wt.prev:
+		return 0, true, nil
+	}
+	return d, false, nil
+}
+
+// subscribe, after the first failed attempt, readies the call's offer
+// for a handoff (Lock) and subscribes to the key's releases (those that
+// reserve or grant it to this call included, see watchWaiting), unless
+// a hot key's call did before its first attempt.
+func (wt *waiter) subscribe(ctx context.Context, cfg *config, d time.Duration) (bool, error) {
+	c := wt.c
+	if wt.subscribed {
+		return false, nil
+	}
+	wt.subscribed = true
+	if wt.queued && wt.o == nil {
+		wt.o = c.offer(wt.key, cfg)
+	}
+	if wt.w != nil {
+		return false, nil
+	}
+	if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, wt.queued); wt.w == nil {
+		return false, nil
+	}
+	if err := wt.w.ready(ctx, c, d); err != nil {
+		return false, wt.ended(ctx, err)
+	}
+	return true, nil
+}
+
+// sleep waits for the key: until the first release notification, the
+// moment the holder's keys expire on a majority, or the retry delay d,
+// whichever comes first. Queued on a majority and heard by a majority,
+// the release that reserves the key for this call names it and wakes no
+// one else: the call wakes for that, or to renew its place in the queue
+// before its lease ends. After the wait, a grant by a majority is the
+// lock, without an attempt (Client.granted).
+func (wt *waiter) sleep(ctx context.Context, cfg *config, d time.Duration) (*Lock, error) {
+	c, out := wt.c, wt.out
+	if out.queued && wt.w.listening(c.quorum) {
+		d = queuePoll
+		if !wt.giveUp.IsZero() {
+			d = min(d, max(0, wt.giveUp.Sub(c.clk.Now())))
+		}
+	}
+	if out.freeIn > 0 {
+		d = min(d, out.freeIn)
+	}
+	wk, err := c.sleep(ctx, d, wt.w, wt.o, c.spread(), true)
+	switch {
+	case wk.g != nil:
+		return wk.g, nil
+	case err != nil:
+		return nil, wt.ended(ctx, err)
+	case !wt.lost && out.undone() && wt.w.grantedBy(c.quorum):
+		return c.granted(wt.key, cfg, wt.grant, wt.ticket, out.started), nil
+	}
+	return nil, nil
+}
+
+// ended is the call's error when a wait ends it (ctx ended, Close):
+// ErrClosed as it is, else the last attempt's error with ctx's end.
+func (wt *waiter) ended(ctx context.Context, err error) error {
+	if err == ErrClosed {
+		return err
+	}
+	wt.out.err.setContext(ctx)
+	return wt.out.err
+}
+
+// end is the call's last step, whatever ended it: l the lock it
+// returns, which the client's next waiter for the key waits for.
+func (wt *waiter) end(l *Lock) *Lock {
 	c := wt.c
 	if wt.w != nil {
 		wt.w.stop()
@@ -168,197 +396,5 @@ func (wt *waiter) end(l *Lock, err error) {
 		// hand it on by grant stays hot.
 		c.waited(wt.key)
 	}
+	return l
 }
-
-// awaitHandoff waits, instead of trying the nodes, while a lock of this
-// client holds the key, or its Unlock is handing it to this call, or
-// releasing it and will poke this call once the release has returned:
-// for the handoff or the poke, its retry delay apart (a delay that ends
-// while awaited sends nothing). (A retry delay that ended while the
-// transfer was on its way sent an attempt that the nodes could only
-// refuse: about one handoff in seven with eight goroutines and 1 ms
-// holds.) waited is false when the call should try the nodes; with it,
-// the lock handed over, or the error that ends the call, or neither:
-// look again.
-func (wt *waiter) awaitHandoff(ctx context.Context, cfg *config) (g *Lock, waited bool, err error) {
-	c := wt.c
-	if !wt.queued || !c.heldHere(wt.key) && !c.awaited(wt.o) {
-		return nil, false, nil
-	}
-	if wt.o == nil {
-		wt.o = c.offer(wt.key, cfg)
-	}
-	if wt.o == nil {
-		return nil, false, nil
-	}
-	wt.asked++
-	d, again := cfg.retry.Backoff(wt.asked)
-	if !wt.giveUp.IsZero() {
-		d = max(0, min(d, wt.giveUp.Sub(c.clk.Now())))
-	}
-	wk, err := c.sleep(ctx, d, nil, wt.o, 0, true)
-	switch {
-	case wk.g != nil:
-		return wk.g, true, nil
-	case err == ErrClosed:
-		return nil, true, err
-	case err != nil, !again, !wt.giveUp.IsZero() && !c.clk.Now().Before(wt.giveUp):
-		return nil, true, notStarted("acquire", wt.key, c, ctx, ErrNotAcquired)
-	}
-	return nil, true, nil
-}
-
-// prepare readies attempt number attempt and returns its token: fresh
-// per attempt, not just per Lock call, so that a late rollback of a
-// failed attempt can never delete the keys of a later one. A hot key's
-// call subscribes before its first attempt; the first waiting attempt
-// registers the call, once the Leaves of the client's call before it
-// have returned. Only an attempt after a failed one asks the nodes for
-// the holder's TTL (by script): the first attempt of a Lock call, and
-// TryLock's only one, stay one plain SET per node, unless the key is
-// hot.
-func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string, error) {
-	c := wt.c
-	if wt.hot && wt.w == nil && attempt == 1 {
-		// Subscribed before the first attempt, which queues; only
-		// when this call tries the nodes (not while a lock of this
-		// client will hand the key over).
-		if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, true); wt.w != nil {
-			// Not a wait between attempts: the retry strategy is
-			// not asked (it sees each wait once, numbered from 1).
-			// A subscription confirms in a round trip.
-			_ = wt.w.ready(ctx, c, cfg.timeout()) // an ended ctx or Close ends the attempt
-		}
-	}
-	tok := newToken()
-	if wt.grant != "" {
-		wt.w.expect(c, node.GrantMessage(wt.grant, tok))
-	}
-	wt.w.forget(nil)
-	if wt.reg == nil && (attempt > 1 || wt.hot) {
-		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.owner(c))
-		switch {
-		case err == ErrClosed:
-			return "", err
-		case err != nil:
-			return "", notStarted("acquire", wt.key, c, ctx, ErrNotAcquired)
-		}
-		wt.reg = reg
-	}
-	return tok, nil
-}
-
-// failed takes in failed attempt number attempt (its outcome out): its
-// commands that may still register the call, its ticket, its refusals.
-// It returns the ticket the call had before it, and stop when no retry
-// can help: ctx ended, or the refusals put a majority out of reach.
-func (wt *waiter) failed(out *outcome, attempt int) (prev int64, stop bool) {
-	out.err.Attempts = attempt
-	if out.sent != nil {
-		wt.sent = append(pending(wt.sent), out.sent)
-		wt.requeue = wt.requeue || out.sent.requeues
-	}
-	wt.lost = wt.lost || out.lost
-	prev = wt.ticket
-	if out.queued {
-		// Only a round that queued the call on a majority gives a
-		// ticket worth keeping: any call that queues later meets
-		// that majority on some node, whose counter has reached
-		// it, and gets a larger one. A ticket from a minority (a
-		// node whose counter lags, the others silent) could put
-		// this call ahead of one already queued on a majority.
-		wt.ticket = max(wt.ticket, out.ticket)
-	}
-	wt.perm = mergeRefusals(wt.perm, out.perm)
-	if out.err.ctxErr != nil || wt.c.hopeless(wt.perm) {
-		return prev, true
-	}
-	wt.refused = true
-	return prev, false
-}
-
-// pause is the wait after failed attempt number attempt (its outcome out;
-// prev the ticket before it). After the first failure it subscribes to
-// the key's releases and, once subscribed, tries once more at once (a
-// release in between is not missed); later waits end at the first
-// release notification, at the moment the holder's keys expire on a
-// majority, or after the retry delay, whichever comes first. It returns
-// the lock a handoff or a grant brought meanwhile, or the error that
-// ends the call, or neither: attempt again.
-func (wt *waiter) pause(ctx context.Context, cfg *config, out *outcome, attempt int, prev int64) (*Lock, error) {
-	c := wt.c
-	wt.asked++
-	d, again := cfg.retry.Backoff(wt.asked)
-	if !wt.giveUp.IsZero() {
-		left := wt.giveUp.Sub(c.clk.Now())
-		again = again && left > 0
-		d = min(d, left)
-	}
-	if !again {
-		return nil, out.err
-	}
-	var err error
-	if attempt == 1 {
-		if wt.queued && wt.o == nil {
-			wt.o = c.offer(wt.key, cfg)
-		}
-		if wt.w == nil {
-			if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, wt.queued); wt.w != nil {
-				if err = wt.w.ready(ctx, c, d); err == nil {
-					return nil, nil
-				}
-			}
-		}
-	}
-	if err == nil && out.split && wt.ticket != prev {
-		// The nodes gave this call different tickets (a node's
-		// counter had started over): queue again at once with the
-		// largest, so that every node orders the waiters alike.
-		return nil, nil
-	}
-	if err == nil {
-		if out.queued && wt.w.listening(c.quorum) {
-			// Queued on a majority, and heard by a majority: the
-			// release that reserves the key for this call names
-			// it, and wakes no one else. Wake for that, or to
-			// renew the place in the queue before its lease ends.
-			d = queuePoll
-			if !wt.giveUp.IsZero() {
-				d = min(d, max(0, wt.giveUp.Sub(c.clk.Now())))
-			}
-		}
-		if out.freeIn > 0 {
-			d = min(d, out.freeIn)
-		}
-		var wk wake
-		if wk, err = c.sleep(ctx, d, wt.w, wt.o, c.spread(), true); wk.g != nil {
-			return wk.g, nil
-		}
-		if err == nil && !wt.lost && out.undone() && wt.w.grantedBy(c.quorum) {
-			if g := c.granted(wt.key, cfg, wt.grant, wt.ticket, out.started); g != nil {
-				return g, nil
-			}
-		}
-	}
-	if err != nil {
-		if err == ErrClosed {
-			return nil, err
-		}
-		out.err.setContext(ctx)
-		return nil, out.err
-	}
-	return nil, nil
-}
-
-// unsent reports whether err says a node call was never sent (its
-// breaker was open, or the lock's previous command there had not
-// returned): it cannot act later.
-func unsent(err error) bool {
-	return errors.Is(err, node.ErrCircuitOpen) || errors.Is(err, errPrevPending)
-}
-
-// queuePoll is how long a waiter queued on the nodes, and woken by name
-// when its turn comes, sleeps between attempts: often enough to renew
-// its place (node.WaiterLease) and to find a key reserved for it whose
-// announcement it missed.
-const queuePoll = node.WaiterLease / 3

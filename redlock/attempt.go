@@ -75,7 +75,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		return nil, failure(notStarted("acquire", key, c, ctx, ErrNotAcquired))
 	}
 	if token == "" {
-		// A fresh token per attempt (see Client.retry).
+		// A fresh token per attempt (see waiter.prepare).
 		token = newToken()
 	}
 	l := newLock(c, cfg.key(c, key, token, ticket, grant), cfg)
@@ -100,7 +100,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 
 // refused ends an attempt whose round r did not take l: it rolls r back
 // (queueing the client again where a waiting attempt set the key) and
-// returns the outcome the retry loop reads: the error with r's replies
+// returns the outcome the wait loop reads: the error with r's replies
 // and validity as the round measured it, the refusals, how long until
 // the holder's keys expire, and for a waiting attempt its ticket and the
 // commands that may still register the call.
@@ -112,7 +112,7 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the ticket they gave.
 		// (A ticket only from a round that queued it on a majority, as
-		// Client.retry keeps one.)
+		// waiter.failed keeps one.)
 		requeue = ticket
 		if given, queued, _ := tickets(r.Replies, c.quorum); queued {
 			requeue = max(ticket, given)
