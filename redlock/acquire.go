@@ -155,8 +155,9 @@ func (t target) end(l *Lock) (next *Lock) {
 	return t.k.end(l)
 }
 
-// acquire is the one wait loop of every call that takes a lock: Lock,
-// TryLock, RLock and Semaphore.Acquire.
+// acquire is the one wait loop of every call that may wait for a lock:
+// Lock, RLock and Semaphore.Acquire. (TryLock and TryRLock make one
+// plain attempt, tryOnce; TryAcquire one round, Semaphore.try.)
 //
 //	turn ─► try ──ok/error──► end
 //	         ▲  └─failed─► backoff ──give up──► end
@@ -206,7 +207,7 @@ func (c *Client) acquire(ctx context.Context, cfg *config, t target) (l *Lock, e
 }
 
 // waiter is one Lock or RLock call's state across its attempts: the
-// target of the wait loop (Client.acquire) for one key. Its attempts
+// target of the wait loop (Client.acquire) for one key. Its tokens
 // are fresh per attempt (see prepare). A Lock call (queued) takes its
 // turn in key's local queue, queues on the nodes, and takes the lock
 // when an Unlock of this client hands it over (see handoff.go). (Its

@@ -51,9 +51,9 @@ func (wt *waiter) awaitHandoff(ctx context.Context, cfg *config) (g *Lock, waite
 // call subscribes before its first attempt; the first waiting attempt
 // registers the call, once the Leaves of the client's call before it
 // have returned. Only an attempt after a failed one asks the nodes for
-// the holder's TTL (by script): the first attempt of a Lock call, and
-// TryLock's only one, stay one plain SET per node, unless the key is
-// hot.
+// the holder's TTL (by script): the first attempt of a Lock or RLock
+// call stays one plain SET per node (as TryLock's only one, tryOnce),
+// unless the key is hot.
 func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string, error) {
 	c := wt.c
 	if wt.hot && wt.w == nil && attempt == 1 {
