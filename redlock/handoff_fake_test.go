@@ -195,7 +195,7 @@ func (n *handoffNode) Transfer(ctx context.Context, from, to *node.Key, ttl time
 		return node.Result{Status: node.Taken}, nil
 	}
 	q := from.Waiters()
-	if h, _ := n.head(q, from.Owner); h != "" && from.Queue == "" {
+	if h, _ := n.head(q, from.Owner); h != "" {
 		if held {
 			n.handOn(from.Name, q, from.Owner, false)
 		}
