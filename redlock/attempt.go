@@ -110,13 +110,19 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 	if wait && c.caps.handoff && cfg.ownLine() {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
-		// the refusing nodes did, with the ticket they gave.
-		// (A ticket only from a round that queued it on a majority, as
-		// waiter.failed keeps one.)
-		requeue = ticket
-		if given, queued, _ := tickets(r.Replies, c.quorum); queued {
-			requeue = max(ticket, given)
-		}
+		// the refusing nodes did, with the largest ticket they gave,
+		// also where only a minority queued it: otherwise a call that
+		// splits the nodes (queued where the key is held, the key set
+		// where it is free) stays queued on that minority at every
+		// attempt, and callers that come later pass it on the others
+		// (a torture trace, stop 54). Those nodes had no one else
+		// queued when the attempt set the key (its client headed the
+		// queue there), so the ticket puts it ahead only of callers
+		// that queued there after it. (The call keeps a ticket only
+		// from a round that queued it on a majority, see
+		// waiter.failed: it carries none to the other nodes.)
+		given, _, _ := tickets(r.Replies, c.quorum)
+		requeue = max(ticket, given)
 	}
 	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)

@@ -295,6 +295,44 @@ func TestRollbackQueuesTheWaiterAgain(t *testing.T) {
 	}
 }
 
+// TestRollbackQueuesTheWaiterAgainFromAMinority: a waiting attempt
+// that a minority queued (node 0, where the holder's key is), that took
+// the free key of another (node 1) and that a third node did not answer
+// rolls node 1 back asking it to queue the client again, with node 0's
+// ticket. Without it the call stays queued on node 0 alone, again at
+// every attempt: no release on the nodes that let it set the key is
+// ever handed to it, and callers that came later pass it there as often
+// as they like (a torture trace, stop 54: a writer overtaken 6 times by
+// later readers).
+func TestRollbackQueuesTheWaiterAgainFromAMinority(t *testing.T) {
+	fakes, _, nodes, clk := watchHandoffNodes()
+	holder := handoffClient(t, nodes, clk, redlock.WithTTL(time.Hour))
+	ctx := context.Background()
+	l := lockOnAll(t, ctx, holder, fakes)
+	fakes[1].mu.Lock()
+	delete(fakes[1].keys, "k") // node 1 has lost the holder's key
+	fakes[1].mu.Unlock()
+	fakes[2].setBefore(failOn("acquire"))
+	w := handoffClient(t, nodes, clk, redlock.WithRetry(redlock.LinearBackoff(time.Second)))
+	wctx, cancel := context.WithCancel(ctx)
+	rc := waitIn(t, wctx, w, clk, "k", 1)
+	n1 := nodes[1].(watchHandoff).handoffNode
+	n0 := nodes[0].(watchHandoff).handoffNode
+	require.Eventually(t, func() bool {
+		clk.Advance(time.Second) // the retry delays: the attempts after the first wait (queue)
+		return len(n0.ticketsOf("k")) == 1 && fakes[1].count("release") >= 2
+	}, 5*time.Second, 10*time.Millisecond, "a waiting attempt, queued on node 0, took node 1's free key and rolled it back")
+	var ticket int64
+	for _, tk := range n0.ticketsOf("k") {
+		ticket = tk
+	}
+	require.NotEmpty(t, n1.requeued(), "node 1 is asked to queue the waiter again")
+	assert.Equal(t, ticket, n1.requeued()[0].Ticket, "with the ticket node 0 gave")
+	cancel()
+	require.ErrorIs(t, receiveLock(t, rc).err, context.Canceled)
+	require.NoError(t, l.Unlock(ctx))
+}
+
 // TestWaiterDoesNotTryWhileTheTransferToItIsOnItsWay: the waiter's
 // retry delay (10 ms) ends again and again while its client's Unlock is
 // handing the lock to it; it sends no attempt meanwhile (the nodes could
