@@ -13,8 +13,8 @@
 -- waiter of another client that heads the line (no slot reserved for it
 -- yet) gets the slot, reserved for it as release.lua does, so that a
 -- client passing its slots from one call to the next cannot keep the
--- line waiting (a torture trace, stop 53: waiters overtaken by 6 or 7
--- slot handoffs of other clients).
+-- line waiting (stop 53's starved semaphore waits had such handoffs
+-- among their overtakes).
 -- Returns  1 the key holds the successor's token for ARGV[3] ms (it held the
 --          holder's token, or nothing, or the successor's already: the same
 --          command run twice); 0 the key holds another token (nothing
