@@ -68,6 +68,17 @@ func testSharedQueue(t *testing.T, f Factory) {
 	e.resultOf(e.n.Acquire(e.ctx, dk, time.Minute, true))(node.Done, "d takes key 1")
 	e.resultOf(e.n.Release(e.ctx, bk, false))(node.Done, "a rollback of key 0, nobody queued")
 	assert.Equal(t, int64(0), e.do("EXISTS", names[0]), "deletes it")
+	// A rollback while someone waits in line hands the key on to the head.
+	ck3 := key(0, "tok-c4", "c", 0)
+	e.resultOf(e.n.Acquire(e.ctx, ck3, time.Minute, false))(node.Done, "c takes key 0")
+	g := e.resultOf(e.n.Acquire(e.ctx, key(0, "tok-g1", "g", 0), time.Minute, true))(node.Taken, "g waits").Ticket
+	toG := e.subscribe(t, node.ReservedKey(names[0], "g"))
+	e.resultOf(e.n.Release(e.ctx, ck3, false))(node.Done, "a rollback of key 0, g waiting")
+	assert.Equal(t, "~g", e.get(names[0]), "handed on to g")
+	require.NotNil(t, receive(t, toG, 5*time.Second), "and announced to g")
+	gk := key(0, "tok-g2", "g", g)
+	e.resultOf(e.n.Acquire(e.ctx, gk, time.Minute, true))(node.Done, "g takes key 0")
+	e.resultOf(e.n.Release(e.ctx, gk, true))(node.Done, "g releases")
 	e.resultOf(e.n.Release(e.ctx, dk, true))(node.Done, "d releases")
 
 	// x, alone in line with key 0 reserved for it, does not take key 1
