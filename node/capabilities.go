@@ -202,7 +202,9 @@ type Sharer interface {
 	// it is reserved for one, or a live writer is queued for it before
 	// the reader (see Handoffer): a waiting writer stops new readers.
 	// With wait, a reader that is not let in queues as k.Owner (which
-	// must start with "r": the queue tells readers by it) with
+	// must start with "r": the queue tells readers by it; the redlock
+	// client names each reader call, "r" + client tag + ":" + call, and a
+	// LeaveAll of "r" + client tag takes out all of them) with
 	// k.Ticket, as a waiting Acquire does, and gets its ticket in
 	// Result.Ticket; the readers queued before the first writer go in
 	// together when the key is free, and a writer queued after them

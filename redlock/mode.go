@@ -10,10 +10,11 @@ import "github.com/quorumlock/redlock/node"
 // lock's chain sends node.Sharer's commands for a read hold: its
 // chain.shared, a copy, picks them.)
 type mode struct {
-	shared bool   // a read hold (RLock): node.Sharer's commands, under the client's readers' tag
+	shared bool   // a read hold (RLock): node.Sharer's commands, under a reader's tag (reader)
 	fenced bool   // fencing tokens (WithFencing): node.Fencer's acquire, then a confirm round
 	local  string // the client queue an Unlock hands the lock to: a semaphore's (Semaphore.local); "": the key's
 	queue  string // the nodes' queue its waiters wait in (node.Key.Queue): a semaphore's (Semaphore.queue); "": the key's
+	reader string // a waiting RLock call's tag on the nodes (Client.readerCall); "": not named yet
 }
 
 // takesTurns reports whether a waiting call waits its turn among the
@@ -48,10 +49,15 @@ func (m mode) grants() bool { return m.ownLine() && !m.fenced }
 func (m mode) confirms() bool { return m.fenced }
 
 // owner returns the tag under which c's calls of this kind wait and hold
-// on the nodes: the client's, or its readers' (readerTag).
+// on the nodes: the client's (its writers take turns, one waits on the
+// nodes at a time), or a reader call's own (readers do not take turns:
+// several calls of one client wait at once, each in its own place).
 func (m mode) owner(c *Client) string {
 	if m.shared {
-		return c.caps.rtag
+		if m.reader == "" {
+			return c.caps.rtag
+		}
+		return m.reader
 	}
 	return c.caps.tag
 }

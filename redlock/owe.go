@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -210,17 +211,23 @@ type touched struct {
 // what a late command registers lapses with its lease.
 const maxTouched = 4096
 
-// touch remembers k's queue for the sweep at Close. Under c.reg.mu.
+// touch remembers k's queue for the sweep at Close. Under c.reg.mu. A
+// reader call's queue is remembered under its client's reader tag,
+// which takes every reader of the client out (node.LeaveAll).
 func (c *Client) touch(k *node.Key) {
 	now := c.clk.Now()
-	lk := leavingKey(k.Name, k.Queue) + "\x00" + k.Owner
+	owner := k.Owner
+	if strings.HasPrefix(owner, c.caps.rtag+":") {
+		owner = c.caps.rtag
+	}
+	lk := leavingKey(k.Name, k.Queue) + "\x00" + owner
 	if _, ok := c.reg.touched[lk]; !ok && len(c.reg.touched) >= maxTouched {
 		maps.DeleteFunc(c.reg.touched, func(_ string, t touched) bool { return !now.Before(t.until) })
 		if len(c.reg.touched) >= maxTouched {
 			return
 		}
 	}
-	c.reg.touched[lk] = touched{k: node.Key{Name: k.Name, Queue: k.Queue, Owner: k.Owner},
+	c.reg.touched[lk] = touched{k: node.Key{Name: k.Name, Queue: k.Queue, Owner: owner},
 		until: now.Add(node.WaiterLease + 2*c.cfg.maxTimeout())}
 }
 
@@ -289,7 +296,7 @@ func (c *Client) sweep() []owedLeave {
 			continue
 		}
 		k := t.k
-		if !held[k.Name] {
+		if !held[k.Name] || k.Owner == c.caps.rtag { // readers hold no grant
 			k.Grant = node.LeaveAll
 		}
 		for i := range c.nodes {

@@ -76,11 +76,23 @@ func (c *Client) sharedConfig(key string, opts []Option) (config, error) {
 	return cfg, nil
 }
 
-// readerTag is the tag under which the waiting readers of the client
-// tagged tag queue on the nodes: apart from its writers, so that a
-// reader and a writer of one client each have a place, and marked as
-// readers (client tags are hex).
+// readerTag is the prefix of the tags under which the waiting readers
+// of the client tagged tag queue on the nodes: apart from its writers,
+// so that a reader and a writer of one client each have a place, and
+// marked as readers (client tags are hex). Close's sweep takes every
+// reader of the client out by it (node.LeaveAll).
 func readerTag(tag string) string { return "r" + tag }
+
+// readerCall names a waiting RLock call on the nodes: its client's
+// reader tag and ":" and a random part. Each reader call waits in a
+// place of its own: under one tag for the client, a reader call that
+// came after a writer took the ticket of one of its client that came
+// before (queue.lua's queue_join gives a known tag its ticket), and
+// went in ahead of the writer; a client that kept one read call waiting
+// kept a writer out for as long as it went on (the torture histories'
+// starved writers). And the first of them to go in took the place of
+// the others out with its own.
+func (c *Client) readerCall() string { return c.caps.rtag + ":" + newToken()[:12] }
 
 // Shared reports whether l is a read hold (RLock, TryRLock).
 func (l *Lock) Shared() bool { return l != nil && l.mode.shared }

@@ -72,6 +72,9 @@ func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string
 		wt.w.expect(c, node.GrantMessage(wt.grant, tok))
 	}
 	wt.w.forget(nil)
+	if cfg.shared && cfg.reader == "" && (attempt > 1 || wt.hot) {
+		cfg.reader = c.readerCall() // its place on the nodes, for the whole call
+	}
 	if wt.reg == nil && (attempt > 1 || wt.hot) {
 		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.owner(c))
 		switch {

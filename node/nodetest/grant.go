@@ -97,6 +97,29 @@ func testLeaveAll(t *testing.T, f Factory) {
 	e.do("SET", name, "tok-b3", "PX", 60000)
 	require.NoError(t, h.Leave(e.ctx, all("b")))
 	assert.Equal(t, "tok-b3", e.get(name), "an attempt token of b's stays: its release frees it")
+
+	// A client's readers' tag ("r" + tag) takes out each of its reader
+	// calls' entries ("r" + tag + ":" + call), and no one else's.
+	s, ok := e.n.(node.Sharer)
+	if !ok {
+		return
+	}
+	t.Cleanup(func() { e.do("DEL", node.ReadersKey(name)) })
+	for _, o := range []string{"rb:1", "rb:2", "rbc:1", "b"} {
+		k := node.NewSharedKey(name, "tok-"+o)
+		k.Owner = o
+		if o == "b" {
+			k = node.Key{Name: name, Token: "tok-b4", Owner: o}
+			e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, true))(node.Taken, "b waits")
+			continue
+		}
+		e.resultOf(s.AcquireShared(e.ctx, &k, time.Minute, true))(node.Taken, o+" waits")
+	}
+	require.NoError(t, h.Leave(e.ctx, all("rb")))
+	for o, n := range map[string]int64{"rb:1": 0, "rb:2": 0, "rbc:1": 1, "b": 1} {
+		assert.Equal(t, n, e.do("HEXISTS", wk, o), "entry %s", o)
+	}
+	assert.Equal(t, "tok-b3", e.get(name), "the key stays")
 }
 
 func testGrant(t *testing.T, f Factory) {

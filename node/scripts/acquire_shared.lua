@@ -6,7 +6,7 @@
 -- KEYS[3]  its readers (node.ReadersKey, see shared.lua)
 -- ARGV[1]  the reader's token
 -- ARGV[2]  the TTL in milliseconds
--- ARGV[3]  the reader's queue tag ("r" .. client tag); "" for an attempt
+-- ARGV[3]  the reader call's queue tag ("r" ..., see shared.lua); "" for an attempt
 --          that does not queue
 -- ARGV[4]  the waiter lease in milliseconds
 -- ARGV[5]  the reader's ticket; 0 when it has none yet

@@ -18,8 +18,20 @@
 if ARGV[2] == "*" then
   -- node.LeaveAll: the client leaves for good; its entry goes whatever
   -- grant it asks, and a key reserved for it or granted to any of its
-  -- calls ("~" .. tag .. ":" .. id, node.GrantValue) is handed on.
+  -- calls ("~" .. tag .. ":" .. id, node.GrantValue) is handed on. A
+  -- client's readers' tag ("r" .. tag) takes out each of its reader
+  -- calls' entries ("r" .. tag .. ":" .. call, see shared.lua).
   pcall(queue_drop, KEYS[2], ARGV[1])
+  if string.sub(ARGV[1], 1, 1) == "r" then
+    pcall(function()
+      local p = ARGV[1] .. ":"
+      for _, f in ipairs(redis.call("HKEYS", KEYS[2])) do
+        if string.sub(f, 1, #p) == p then
+          queue_drop(KEYS[2], f)
+        end
+      end
+    end)
+  end
   local v = redis.call("GET", KEYS[1])
   local mark = "~" .. ARGV[1]
   if v == mark or (v and string.sub(v, 1, #mark + 1) == mark .. ":") then

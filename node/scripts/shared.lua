@@ -10,8 +10,9 @@
 -- value instead, the marker .. ":" .. its token, which equals no token
 -- either; the key's expiry is then its hold's end, and no hash is kept.
 -- A second reader moves it to the hash (acquire_shared).
--- Waiting readers queue with writers (queue.lua), under their client's
--- tag prefixed with "r" (client tags are hex): a reader goes in when no
+-- Waiting readers queue with writers (queue.lua), each reader call under
+-- a tag of its own that starts with "r" (client tags are hex; the redlock
+-- client's is "r" .. client tag .. ":" .. call): a reader goes in when no
 -- writer holds the key or has it reserved and no live writer is queued
 -- before it, so readers and writers take turns in the order they came.
 -- readers_last drops lapsed readers (and skip) and returns the latest
