@@ -183,6 +183,14 @@ type Handoffer interface {
 // release never takes, lengthens or deletes them.
 const SharedValue = "!readers"
 
+// ReadersReserved is the value of a lock key that a release handed to
+// the readers at the head of its queue (see Handoffer and Sharer): the
+// readers queued before the first writer take it together, and no
+// writer's acquire, plain SET NX included, takes it; it lasts what is
+// left of the head reader's lease, and a Leave of that reader hands it
+// on to the next head.
+const ReadersReserved = "~r"
+
 // ReadersKey is the key of the readers of lock key: key + ":readers", a
 // hash of each reader's token and the end of its hold in the node's time.
 func ReadersKey(key string) string { return key + ":readers" }

@@ -209,10 +209,12 @@ func testShared(t *testing.T, f Factory) {
 	require.NotNil(t, msg)
 	assert.Equal(t, "w2", string(msg[2].([]byte)))
 	e.resultOf(e.n.Release(e.ctx, key("tok-w2b", "w2"), true))(node.Done, "w2 releases")
-	assert.Equal(t, int64(0), e.do("EXISTS", name), "the head is a reader: the key is free, no reservation")
+	assert.Equal(t, node.ReadersReserved, e.get(name), "the head is a reader: reserved for the readers")
+	assert.LessOrEqual(t, e.pttl(name), node.WaiterLease, "for what is left of its lease")
 	msg = receive(t, all, 5*time.Second)
 	require.NotNil(t, msg)
 	assert.Equal(t, "", string(msg[2].([]byte)), "announced to all")
+	e.resultOf(e.n.Acquire(e.ctx, key("tok-w9", ""), time.Minute, false))(node.Taken, "a writer's first try does not take it")
 	w3.Ticket = t3
 	e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Taken, "w3 waits for the reader queued before it")
 	e.resultOf(sh.AcquireShared(e.ctx, &rq, time.Minute, true))(node.Done, "rq goes in")
@@ -222,6 +224,26 @@ func testShared(t *testing.T, f Factory) {
 	assert.Equal(t, "~w3", e.get(name), "reserved for w3")
 	e.resultOf(e.n.Acquire(e.ctx, w3, time.Minute, true))(node.Done, "w3 writes")
 	e.resultOf(e.n.Release(e.ctx, w3, true))(node.Done, "w3 releases")
+	for _, k := range []string{name, rk, wk} {
+		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
+	}
+
+	// A reader at the head that gives up hands the readers' reservation
+	// on: to the writer queued after it.
+	h, ok := e.n.(node.Handoffer)
+	if !ok {
+		return
+	}
+	rq = node.Key{Name: name, Token: "tok-rq2", Owner: "rq"}
+	e.resultOf(e.n.Acquire(e.ctx, w1, time.Minute, false))(node.Done, "w1 writes")
+	e.resultOf(sh.AcquireShared(e.ctx, &rq, time.Minute, true))(node.Taken, "rq waits")
+	e.resultOf(e.n.Acquire(e.ctx, w2, time.Minute, true))(node.Taken, "w2 waits after it")
+	e.resultOf(e.n.Release(e.ctx, w1, true))(node.Done, "w1 releases")
+	assert.Equal(t, node.ReadersReserved, e.get(name), "reserved for the readers")
+	require.NoError(t, h.Leave(e.ctx, &rq))
+	assert.Equal(t, "~w2", e.get(name), "rq gives up: reserved for w2")
+	e.resultOf(e.n.Acquire(e.ctx, w2, time.Minute, true))(node.Done, "w2 writes")
+	e.resultOf(e.n.Release(e.ctx, w2, true))(node.Done, "w2 releases")
 	for _, k := range []string{name, rk, wk} {
 		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s left behind", k)
 	}

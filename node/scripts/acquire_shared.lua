@@ -42,6 +42,11 @@ if redis.call("EXISTS", wk, dead) == 0 and redis.call("SET", key, SOLE .. token,
   return {ok = "OK"}
 end
 local v = redis.call("GET", key)
+if v == "~r" then
+  -- Reserved for the readers at the head of the queue (hand_on): free
+  -- to a reader that no writer queued before it stops, below.
+  v = nil
+end
 --[[libraries]]
 local now = now_ms()
 if v == SOLE .. token then

@@ -1,5 +1,6 @@
 -- leave.lua: take a waiter that gives up out of a key's queue; a key
--- reserved for it, or granted to it, goes to the next head, and so does
+-- reserved for it (or, for a reader, for the readers), or granted to it,
+-- goes to the next head, and so does
 -- a key of its own queue that is absent where others still wait (the
 -- rollback of the leaver's last attempt may have deleted it quietly, the
 -- leaver heading the queue then, see release.lua's ARGV[4]); with no one
@@ -34,7 +35,7 @@ if ARGV[2] == "*" then
   end
   local v = redis.call("GET", KEYS[1])
   local mark = "~" .. ARGV[1]
-  if v == mark or (v and string.sub(v, 1, #mark + 1) == mark .. ":") then
+  if v == mark or (v and string.sub(v, 1, #mark + 1) == mark .. ":") or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
     hand_on(KEYS[1], KEYS[2], ARGV[1])
   elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
     hand_on(KEYS[1], KEYS[2], ARGV[1], true)
@@ -55,7 +56,9 @@ if not mine then
   return 1
 end
 pcall(queue_drop, KEYS[2], ARGV[1])
-if v == "~" .. ARGV[1] or (v == ARGV[2] and v ~= "") then
+if v == "~" .. ARGV[1] or (v == ARGV[2] and v ~= "") or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
+  -- (The readers' reservation, "~r": the next head decides, a reader
+  -- that still comes or a writer; see hand_on.)
   hand_on(KEYS[1], KEYS[2], ARGV[1])
 elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
   hand_on(KEYS[1], KEYS[2], ARGV[1], true)

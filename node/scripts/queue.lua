@@ -126,8 +126,13 @@ end
 -- (node.ReservedKey), so that only the head's client hears it and only
 -- the head may take it; otherwise it deletes the key and, unless quiet,
 -- announces it to all on the release channel. A head that is a reader
--- (its tag starts with "r", see shared.lua) needs no reservation: the key is deleted and announced to
--- all, and the readers queued before the first writer go in together.
+-- (its tag starts with "r", see shared.lua) gets a reservation for the
+-- readers, value "~r" (node.ReadersReserved), for what is left of its
+-- lease, announced to all (unless quiet): the readers queued before the
+-- first writer go in together (acquire_shared.lua), and a writer's
+-- plain SET NX, which does not look at the queue, finds the key taken.
+-- (A free key let any writer's first try in ahead of them, for as long
+-- as writers kept coming.)
 -- A head of a lock's own queue that asked for a grant (queue_join) is
 -- given the key instead: its value becomes the grant, for the grant's
 -- TTL, the head leaves the queue, and the grant is announced on the
@@ -147,8 +152,10 @@ local function hand_on(key, wk, skip, quiet)
       -- (a quiet one leaves it for the next).
       redis.call("DEL", wk)
     end
-    if not h or string.sub(h, 1, 1) == "r" then
-      return h
+    if not h then
+      return nil
+    elseif string.sub(h, 1, 1) == "r" then
+      return h, lease - now
     end
     if wk ~= key .. ":waiters" then
       -- A queue that serves other keys too (a lock's own queue is
@@ -161,7 +168,12 @@ local function hand_on(key, wk, skip, quiet)
     end
     return h, lease - now
   end)
-  if ok and head and string.sub(head, 1, 1) ~= "r" then
+  if ok and head and string.sub(head, 1, 1) == "r" then
+    redis.call("SET", key, "~r", "PX", math.max(1, left))
+    if not quiet then
+      redis.pcall("PUBLISH", key .. ":released", "")
+    end
+  elseif ok and head then
     if grant then
       redis.call("SET", key, grant, "PX", left)
       redis.pcall("PUBLISH", key .. ":" .. head .. ":released", msg)
