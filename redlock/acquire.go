@@ -73,7 +73,7 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 // loop (no turn, no queue, no subscription, no wait): kept out of it,
 // an uncontended TryLock does not move a waiter to the heap.
 func (c *Client) tryOnce(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
-	l, out, err := c.attempt(ctx, key, cfg, false, 0, "", "")
+	l, out, err := c.attempt(ctx, key, cfg, false, 0, "", "", nil)
 	if out != nil {
 		out.err.Attempts = 1
 		return nil, 1, out.err
@@ -238,6 +238,7 @@ type waiter struct {
 	sent    []*inflight // waiting attempts whose commands may still register the call on a node
 	requeue bool        // a rollback of a waiting attempt requeued the call (node.Key.Requeue)
 	reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
+	rolling []*outcome  // failed attempts whose rollback may still be on its way: settled at the end
 }
 
 // turn is the key's local queue for a Lock call; readers take no turns.
@@ -273,7 +274,7 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, wt.ticket, wt.grant, tok)
+	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, wt.ticket, wt.grant, tok, wt)
 	wt.made = n
 	switch {
 	case err != nil:
@@ -380,6 +381,11 @@ func (wt *waiter) ended(ctx context.Context, err error) error {
 // returns, which the client's next waiter for the key waits for.
 func (wt *waiter) end(l *Lock) *Lock {
 	c := wt.c
+	if l == nil {
+		for _, o := range wt.rolling {
+			o.settle() // a call that fails leaves no key of its attempts when it returns
+		}
+	}
 	if wt.w != nil {
 		wt.w.stop()
 	}

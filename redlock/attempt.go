@@ -14,12 +14,30 @@ import (
 // attempt is one round of the algorithm: SET NX PX everywhere in parallel,
 // count, check validity, roll back on failure. wait asks the nodes that
 // refuse for the holder's TTL. It returns a Lock, or the failed attempt's
-// outcome, or ErrClosed.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *outcome, error) {
+// outcome, or ErrClosed. A failed attempt's rollback has released the
+// keys it set when it returns, unless the attempt is a waiting Lock or
+// RLock call's (wt, which settles its outcomes when it ends): its next
+// attempt, which queues the call, then goes at once, and follows that
+// release only on the nodes where the key was set (command.behind).
+// (A release held up by a slow node kept a call that had not queued yet
+// off every node's queue for up to a node timeout, while callers that
+// came later queued ahead of it: the torture histories' starved
+// writers, each with a first attempt that set the key on one node.)
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string, wt *waiter) (*Lock, *outcome, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
-	l, out := c.try(ctx, key, cfg, wait, ticket, grant, token)
+	var behind []*outcome
+	if wt != nil {
+		behind = wt.rolling
+	}
+	l, out := c.try(ctx, key, cfg, wait, ticket, grant, token, behind)
+	switch {
+	case wt == nil:
+		out.settle()
+	case out != nil:
+		wt.rolling = append(unsettled(wt.rolling), out)
+	}
 	c.life.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
 	if out != nil && c.log.Enabled(ctx, slog.LevelDebug) {
@@ -45,6 +63,34 @@ type outcome struct {
 	ch   *chain
 	undo []*step
 	sent *inflight // waiting: the attempt's commands that may register the call (see Client.leaveWaiters)
+	// The rollback's chain and the nodes where the attempt set the key:
+	// settle waits for the release there.
+	rb     *chain
+	rolled []int
+}
+
+// unsettled returns os without the outcomes whose rollback has released
+// every key its attempt set (settle would not wait).
+func unsettled(os []*outcome) []*outcome {
+	return slices.DeleteFunc(os, func(o *outcome) bool { return o.rb == nil || o.rb.returned(o.rolled) })
+}
+
+// rollingOn returns the rollback's release on node i where the attempt
+// set the key and the release has not returned yet (nil: none).
+func (o *outcome) rollingOn(i int) *step {
+	if o.rb == nil || !slices.Contains(o.rolled, i) || o.rb.landed(&o.rb.tail[i]) {
+		return nil
+	}
+	return &o.rb.tail[i]
+}
+
+// settle waits until the rollback has released the keys the attempt set
+// (see Client.rollback): a call that ends, or makes no more attempts,
+// leaves no key of its attempts behind when it returns.
+func (o *outcome) settle() {
+	if o != nil && o.rb != nil {
+		o.rb.wait(o.rolled)
+	}
 }
 
 // failure is the outcome of an attempt that failed with qe alone.
@@ -69,7 +115,7 @@ func (o *outcome) undone() bool {
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string) (*Lock, *outcome) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string, behind []*outcome) (*Lock, *outcome) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, failure(notStarted("acquire", key, c, ctx, ErrNotAcquired))
@@ -79,7 +125,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		token = newToken()
 	}
 	l := newLock(c, cfg.key(c, key, token, ticket, grant), cfg)
-	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait})
+	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait, behind: behind})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
@@ -92,7 +138,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 			return l, nil
 		}
 		r.Collect() // acquires that answered since: wait for their release too
-		c.rollback(ctx, l, r, 0)
+		l.ch.wait(c.rollback(ctx, l, r, 0))
 		return nil, failure(qe)
 	}
 	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
@@ -124,10 +170,10 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		given, _, _ := tickets(r.Replies, c.quorum)
 		requeue = max(ticket, given)
 	}
-	c.rollback(ctx, l, r, requeue)
+	rolled := c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
-	out := &outcome{err: qe}
+	out := &outcome{err: qe, rb: &l.ch, rolled: rolled}
 	// Replies that came in during the rollback tell more about when the
 	// holder's keys expire; the error reports the round as decided.
 	n := r.Collect()
@@ -198,9 +244,12 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // rollback releases a failed attempt's token through its chain: on every
 // node but those that answered Taken, and on nodes still silent once their
 // SET returns (a lost or late reply may hide a SET that took effect). It
-// returns once the nodes that answered Done have released, so that a
-// competitor is not kept waiting; the others finish in the background
-// (QuorumError.undone reads how they ended, in the chain's tail).
+// returns the nodes that answered Done, whose release the caller awaits
+// (chain.wait) before it returns, so that a competitor is not kept
+// waiting by a call that has ended; the others finish in the background
+// (QuorumError.undone reads how they ended, in the chain's tail). A
+// waiting call's next attempt does not wait for them (see
+// Client.attempt).
 // After a failed acquire round, a silent node's release goes at once,
 // ahead of its reply (see round.ahead), unless the round was refused
 // with no node answering Done: then it goes once the reply is in, and
@@ -212,7 +261,7 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // lease at most, as a waiting acquire still on its way then does.
 // (Where the call's context ended before a majority answered, the round
 // is not refused, and the release goes ahead, before the leave.)
-func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) {
+func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) []int {
 	var granted []int
 	for i, rep := range r.Replies {
 		if rep.Result.Status == node.Done {
@@ -221,7 +270,7 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64)
 	}
 	lazy := granted == nil && quorum.Tally(r.Replies).Refused(c.quorum)
 	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
-	l.ch.wait(granted)
+	return granted
 }
 
 // tickets reads a waiting attempt's replies: the largest ticket a node

@@ -93,6 +93,7 @@ type command struct {
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
 	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
 	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
+	behind   []*outcome    // acquire: the call's failed attempts whose rollback it follows where they set the key (see outcome.rollingOn)
 }
 
 // round is one command sent through a chain: the quorum round that counts
@@ -188,9 +189,16 @@ func (r *round) Call(i int) (node.Result, error) {
 		took time.Duration // measured for the adaptive timeouts only
 	)
 	var passes bool
+	var rb *chain
+	var rs *step
+	if r.cmd.behind != nil {
+		rb, rs = r.rollingOn(i)
+	}
 	switch {
 	case r.cmd.fromTail != nil && !r.cmd.from.ch.landed(&r.cmd.fromTail[i]):
-		res, err = r.afterFrom(i)
+		res, err = r.follow(i, &r.cmd.from.ch, &r.cmd.fromTail[i])
+	case rs != nil:
+		res, err = r.follow(i, rb, rs)
 	case prev != nil && r.ahead() && !r.ch.landed(prev):
 		res, err = r.early(i, prev)
 	case prev != nil && !r.ch.landed(prev):
@@ -339,16 +347,29 @@ func (r *round) early(i int, prev *step) (node.Result, error) {
 	return res, err
 }
 
-// afterFrom is Call's transfer on node i when the handed-over lock's last
-// command there has not returned: as late, with that command in the
-// other lock's chain.
-func (r *round) afterFrom(i int) (node.Result, error) {
-	from := &r.cmd.from.ch
+// rollingOn returns the release on node i of the latest failed attempt
+// in cmd.behind that set the key there and whose release has not
+// returned, and its chain (nil: none).
+func (r *round) rollingOn(i int) (*chain, *step) {
+	for k := len(r.cmd.behind) - 1; k >= 0; k-- {
+		if o := r.cmd.behind[k]; o.rollingOn(i) != nil {
+			return o.rb, &o.rb.tail[i]
+		}
+	}
+	return nil, nil
+}
+
+// follow is Call's command on node i when a command of another lock's
+// chain, s in from, must return before it runs: a transfer follows the
+// handed-over lock's last command there, and a waiting call's acquire
+// the release of its failed attempt's key (command.behind). As late,
+// with that command in the other chain.
+func (r *round) follow(i int, from *chain, s *step) (node.Result, error) {
 	ctx, cancel := r.callCtx(i)
 	if cancel != nil {
 		defer cancel()
 	}
-	if !from.await(&r.cmd.fromTail[i], ctx.Done()) {
+	if !from.await(s, ctx.Done()) {
 		return node.Result{}, &node.Error{Addr: r.ch.c.nodes[i].Addr(), Op: r.cmd.op, Kind: node.ErrTimeout, Err: errPrevPending}
 	}
 	if d, _ := ctx.Deadline(); time.Until(d) < r.timeout(i)/2 {
@@ -451,6 +472,19 @@ func (ch *chain) wait(which []int) {
 	for _, i := range which {
 		ch.await(&ch.tail[i], nil)
 	}
+}
+
+// returned reports whether the commands last issued to the nodes in
+// which have all returned (wait would not block).
+func (ch *chain) returned(which []int) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for _, i := range which {
+		if !ch.tail[i].done {
+			return false
+		}
+	}
+	return true
 }
 
 func later(a, b time.Time) time.Time {

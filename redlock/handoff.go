@@ -207,7 +207,7 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	// the head of the nodes' queue, another client's waiter). The
 	// successor then queues behind that waiter.
 	r.waitAll(ctx.Done())
-	c.rollback(ctx, next, r, 0)
+	next.ch.wait(c.rollback(ctx, next, r, 0))
 	err := l.release(ctx, false, r.freed())
 	c.deliver(l.queue(), o, nil)
 	return err

@@ -1215,3 +1215,60 @@ func TestOldGrantTakesAnAttempt(t *testing.T) {
 	assert.Equal(t, clk.Now().Add(time.Second-12*time.Millisecond), r.l.Until(), "validity from the attempt")
 	require.NoError(t, r.l.Unlock(ctx))
 }
+
+// TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay: a Lock call whose
+// first attempt set the key on one node and failed queues on the nodes
+// (its next, waiting attempt) while the release of that key is still on
+// its way; the call waits for that release only when it ends, and then
+// leaves no key behind. It waited for the release before its next
+// attempt: a slow node kept it off the queue, and callers that came
+// later queued ahead of it (the torture histories' starved writers).
+func TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay(t *testing.T) {
+	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	for _, f := range fakes[1:] {
+		f.put("k", "another's", time.Minute)
+		// Their refusals come after node 0's answer: the attempt
+		// fails knowing that it set the key there.
+		f.setBefore(func(_ context.Context, op string) error {
+			for end := time.Now().Add(time.Second); op == "acquire" && fakes[0].token("k") == "" && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+	}
+	held := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(held) }) }
+	t.Cleanup(open)
+	fakes[0].setBefore(func(_ context.Context, op string) error {
+		if op == "release" {
+			<-held // the rollback's release, held up
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rc := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(ctx, "k")
+		rc <- lockResult{l: l, err: err}
+	}()
+	require.Eventually(t, func() bool { return fakes[0].count("release") == 1 }, 5*time.Second, time.Millisecond, "the first attempt set node 0's key and rolls it back")
+	require.Eventually(t, func() bool {
+		if clk.Waiters() > 0 {
+			clk.Advance(10 * time.Millisecond)
+		}
+		return fakes[1].count("acquire") >= 2 && fakes[2].count("acquire") >= 2
+	}, 5*time.Second, time.Millisecond, "the next attempt went while the release was held up")
+	cancel()
+	select {
+	case r := <-rc:
+		t.Fatalf("Lock returned (%v) before its rollback's release did", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	open()
+	r := receiveLock(t, rc)
+	require.ErrorIs(t, r.err, redlock.ErrNotAcquired)
+	assert.Empty(t, fakes[0].token("k"), "no key of the call is left on node 0 when Lock returns")
+}
