@@ -220,8 +220,9 @@ type Sharer interface {
 	// Acquire's without holderTTL: a first try may be a plain SET that
 	// takes a free key for a reader alone, and then, like a writer's
 	// plain SET, it does not look at the queue: a live writer queued for
-	// a free key (readers queued before it had their turn, or a
-	// holder's time ran out) does not stop it.
+	// a free key (a holder's or the head's time ran out; a release
+	// reserves the key for the head, ReadersReserved for readers) does
+	// not stop it.
 	AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error)
 	// ExtendShared makes k.Token's hold last at least ttl more, never
 	// shortening it: Done, Taken (a writer holds the key) or Absent.

@@ -208,10 +208,11 @@ func (r *Redis) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wa
 // ttl GET, a writer's plain command, takes a free key for a reader alone
 // as acquire_shared.lua would (see shared.lua). readers reports that
 // readers hold the key: the script must join them. Like a writer's SET,
-// it does not look at the queue: on a free key with a writer queued (the
-// readers queued before it are having their turn, or a holder's time ran
-// out) one reader may come in ahead of the writer, as a writer may (see
-// docs/DESIGN.md, "A reader alone is held in the value").
+// it does not look at the queue: on a free key with a writer queued (a
+// holder's or the queue head's time ran out; a release reserves the key
+// for the head, readers included) one reader may come in ahead of the
+// writer, as a writer may (see docs/DESIGN.md, "A reader alone is held
+// in the value").
 func (r *Redis) acquireAlone(ctx context.Context, k *Key, ttl time.Duration) (res Result, readers bool, err error) {
 	name, _ := k.Boxed()
 	mine, boxed := k.aloneValue()

@@ -69,10 +69,17 @@ type outcome struct {
 	rolled []int
 }
 
-// unsettled returns os without the outcomes whose rollback has released
-// every key its attempt set (settle would not wait).
+// unsettled returns a new slice of the outcomes of os whose rollback has
+// not released every key its attempt set yet (settle would wait). (New:
+// the calls of a round still on their way read os, command.behind.)
 func unsettled(os []*outcome) []*outcome {
-	return slices.DeleteFunc(os, func(o *outcome) bool { return o.rb == nil || o.rb.returned(o.rolled) })
+	var out []*outcome
+	for _, o := range os {
+		if o.rb != nil && !o.rb.returned(o.rolled) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // rollingOn returns the rollback's release on node i where the attempt

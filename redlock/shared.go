@@ -44,10 +44,9 @@ func (c *Client) RLock(ctx context.Context, key string, opts ...Option) (*Lock, 
 // TryRLock makes exactly one attempt to take key shared (see RLock): it
 // returns a read hold, or an error wrapping ErrNotAcquired (a
 // *QuorumError) when a writer holds or awaits the key on too many nodes.
-// A writer that awaits a key that is free (readers queued before it had
-// their turn, or a holder's time ran out) does not stop it on a node
-// whose driver tries a plain SET first (the redigo node; see
-// node.Sharer).
+// A writer that awaits a key that is free (a holder's time ran out) does
+// not stop it on a node whose driver tries a plain SET first (the redigo
+// node; see node.Sharer).
 func (c *Client) TryRLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.sharedConfig(key, opts)
 	if err != nil {
