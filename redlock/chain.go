@@ -352,8 +352,8 @@ func (r *round) early(i int, prev *step) (node.Result, error) {
 // returned, and its chain (nil: none).
 func (r *round) rollingOn(i int) (*chain, *step) {
 	for k := len(r.cmd.behind) - 1; k >= 0; k-- {
-		if o := r.cmd.behind[k]; o.rollingOn(i) != nil {
-			return o.rb, &o.rb.tail[i]
+		if s := r.cmd.behind[k].rollingOn(i); s != nil {
+			return r.cmd.behind[k].rb, s
 		}
 	}
 	return nil, nil
