@@ -58,15 +58,11 @@ type outcome struct {
 	split   bool          // waiting: nodes queued the call with different tickets
 	started time.Time     // waiting: when the attempt's round began
 	lost    bool          // waiting: a node's reply is unknown (failed, or still out)
-	// Waiting: the attempt's chain, and its rollback's release on each
-	// node where the attempt set the key (see undone).
+	// The attempt's chain, and per node its rollback's release where the
+	// attempt set the key (nil elsewhere; see undone, rollingOn, settle).
 	ch   *chain
 	undo []*step
 	sent *inflight // waiting: the attempt's commands that may register the call (see Client.leaveWaiters)
-	// The rollback's chain and the nodes where the attempt set the key:
-	// settle waits for the release there.
-	rb     *chain
-	rolled []int
 }
 
 // unsettled returns a new slice of the outcomes of os whose rollback has
@@ -75,8 +71,11 @@ type outcome struct {
 func unsettled(os []*outcome) []*outcome {
 	var out []*outcome
 	for _, o := range os {
-		if o.rb != nil && !o.rb.returned(o.rolled) {
-			out = append(out, o)
+		for _, s := range o.undo {
+			if s != nil && !o.ch.landed(s) {
+				out = append(out, o)
+				break
+			}
 		}
 	}
 	return out
@@ -85,18 +84,23 @@ func unsettled(os []*outcome) []*outcome {
 // rollingOn returns the rollback's release on node i where the attempt
 // set the key and the release has not returned yet (nil: none).
 func (o *outcome) rollingOn(i int) *step {
-	if o.rb == nil || !slices.Contains(o.rolled, i) || o.rb.landed(&o.rb.tail[i]) {
+	if o.undo == nil || o.undo[i] == nil || o.ch.landed(o.undo[i]) {
 		return nil
 	}
-	return &o.rb.tail[i]
+	return o.undo[i]
 }
 
 // settle waits until the rollback has released the keys the attempt set
 // (see Client.rollback): a call that ends, or makes no more attempts,
 // leaves no key of its attempts behind when it returns.
 func (o *outcome) settle() {
-	if o != nil && o.rb != nil {
-		o.rb.wait(o.rolled)
+	if o == nil {
+		return
+	}
+	for _, s := range o.undo {
+		if s != nil {
+			o.ch.await(s, nil)
+		}
 	}
 }
 
@@ -114,7 +118,7 @@ func failure(qe *QuorumError) *outcome { return &outcome{err: qe} }
 // keeps it false.
 func (o *outcome) undone() bool {
 	for _, s := range o.undo {
-		if !o.ch.stepSet(s) {
+		if s != nil && !o.ch.stepSet(s) {
 			return false
 		}
 	}
@@ -177,10 +181,10 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		given, _, _ := tickets(r.Replies, c.quorum)
 		requeue = max(ticket, given)
 	}
-	rolled := c.rollback(ctx, l, r, requeue)
+	c.rollback(ctx, l, r, requeue)
 	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
-	out := &outcome{err: qe, rb: &l.ch, rolled: rolled}
+	out := &outcome{err: qe, ch: &l.ch}
 	// Replies that came in during the rollback tell more about when the
 	// holder's keys expire; the error reports the round as decided.
 	n := r.Collect()
@@ -204,16 +208,20 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		// has used part of them.
 		out.freeIn = max(time.Millisecond, out.freeIn-c.clk.Since(decided))
 	}
+	for i, rep := range r.Replies {
+		if rep.Err == nil && rep.Result.Status == node.Done {
+			if out.undo == nil {
+				out.undo = make([]*step, len(r.Replies))
+			}
+			out.undo[i] = &l.ch.tail[i] // the rollback's release there
+		}
+	}
 	if wait {
 		out.ticket, out.queued, out.split = tickets(r.Replies, c.quorum)
 		out.started = r.Started()
-		for i, rep := range r.Replies {
+		for _, rep := range r.Replies {
 			out.lost = out.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
-			if rep.Err == nil && rep.Result.Status == node.Done {
-				out.undo = append(out.undo, &l.ch.tail[i]) // the rollback's release there
-			}
 		}
-		out.ch = &l.ch
 		out.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
 	}
 	return out

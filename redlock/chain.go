@@ -353,7 +353,7 @@ func (r *round) early(i int, prev *step) (node.Result, error) {
 func (r *round) rollingOn(i int) (*chain, *step) {
 	for k := len(r.cmd.behind) - 1; k >= 0; k-- {
 		if s := r.cmd.behind[k].rollingOn(i); s != nil {
-			return r.cmd.behind[k].rb, s
+			return r.cmd.behind[k].ch, s
 		}
 	}
 	return nil, nil
@@ -472,19 +472,6 @@ func (ch *chain) wait(which []int) {
 	for _, i := range which {
 		ch.await(&ch.tail[i], nil)
 	}
-}
-
-// returned reports whether the commands last issued to the nodes in
-// which have all returned (wait would not block).
-func (ch *chain) returned(which []int) bool {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	for _, i := range which {
-		if !ch.tail[i].done {
-			return false
-		}
-	}
-	return true
 }
 
 func later(a, b time.Time) time.Time {
