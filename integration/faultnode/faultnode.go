@@ -448,7 +448,11 @@ func (n *Node) traced(op string, run func(ctx context.Context, k *node.Key) (nod
 
 // Acquire forwards node.Node.Acquire under the schedule.
 func (n *Node) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
-	return n.on(ctx, "acquire", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+	op := "acquire"
+	if holderTTL {
+		op = "acquire-wait" // traced apart: a waiting attempt may queue the owner
+	}
+	return n.on(ctx, op, k, func(ctx context.Context, k *node.Key) (node.Result, error) {
 		return n.in.Acquire(ctx, k, ttl, holderTTL)
 	})
 }
