@@ -274,7 +274,7 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, wt.ticket, wt.grant, tok, wt)
+	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, wt.ticket, wt.grant, tok, &wt.rolling)
 	wt.made = n
 	switch {
 	case err != nil:

@@ -15,28 +15,31 @@ import (
 // count, check validity, roll back on failure. wait asks the nodes that
 // refuse for the holder's TTL. It returns a Lock, or the failed attempt's
 // outcome, or ErrClosed. A failed attempt's rollback has released the
-// keys it set when it returns, unless the attempt is a waiting Lock or
-// RLock call's (wt, which settles its outcomes when it ends): its next
-// attempt, which queues the call, then goes at once, and follows that
-// release only on the nodes where the key was set (command.behind).
+// keys it set when it returns, unless the caller keeps a list of the
+// failed attempts whose rollback is on its way (rolling, non-nil for a
+// waiting Lock, RLock or Semaphore.Acquire call, which settles them when
+// it ends without a lock): the outcome goes there, and the call's next
+// attempt, which queues it, goes at once and follows those releases
+// only on the nodes where they set the same key (command.behind).
 // (A release held up by a slow node kept a call that had not queued yet
 // off every node's queue for up to a node timeout, while callers that
 // came later queued ahead of it: the torture histories' starved
-// writers, each with a first attempt that set the key on one node.)
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string, wt *waiter) (*Lock, *outcome, error) {
+// writers and semaphore waits, each with a failed attempt that set a
+// key on one node.)
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string, rolling *[]*outcome) (*Lock, *outcome, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
 	var behind []*outcome
-	if wt != nil {
-		behind = wt.rolling
+	if rolling != nil {
+		behind = onKey(*rolling, key)
 	}
 	l, out := c.try(ctx, key, cfg, wait, ticket, grant, token, behind)
 	switch {
-	case wt == nil:
+	case rolling == nil:
 		out.settle()
 	case out != nil:
-		wt.rolling = append(unsettled(wt.rolling), out)
+		*rolling = append(unsettled(*rolling), out)
 	}
 	c.life.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
@@ -79,6 +82,17 @@ func unsettled(os []*outcome) []*outcome {
 		}
 	}
 	return out
+}
+
+// onKey returns the outcomes of os whose attempt was at key and has a
+// rollback (a chain): os itself when all were, as a Lock call's are,
+// else a new slice (a semaphore's slots).
+func onKey(os []*outcome, key string) []*outcome {
+	other := func(o *outcome) bool { return o.ch == nil || o.ch.k.Name != key }
+	if !slices.ContainsFunc(os, other) {
+		return os
+	}
+	return slices.DeleteFunc(slices.Clone(os), other)
 }
 
 // rollingOn returns the rollback's release on node i where the attempt

@@ -1224,13 +1224,35 @@ func TestOldGrantTakesAnAttempt(t *testing.T) {
 // attempt: a slow node kept it off the queue, and callers that came
 // later queued ahead of it (the torture histories' starved writers).
 func TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay(t *testing.T) {
+	for _, tc := range []struct {
+		name, key string
+		call      func(ctx context.Context, c *redlock.Client) error
+	}{
+		{"Lock", "k", func(ctx context.Context, c *redlock.Client) error {
+			_, err := c.Lock(ctx, "k")
+			return err
+		}},
+		{"Semaphore.Acquire", redlock.PermitKey("s", 0), func(ctx context.Context, c *redlock.Client) error {
+			s, err := c.Semaphore("s", 1)
+			if err != nil {
+				return err
+			}
+			_, err = s.Acquire(ctx)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testQueuesWhileRollbackOnItsWay(t, tc.key, tc.call) })
+	}
+}
+
+func testQueuesWhileRollbackOnItsWay(t *testing.T, key string, call func(context.Context, *redlock.Client) error) {
 	fakes, _, clk, c := handoffSetup(t, 3, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
 	for _, f := range fakes[1:] {
-		f.put("k", "another's", time.Minute)
+		f.put(key, "another's", time.Minute)
 		// Their refusals come after node 0's answer: the attempt
 		// fails knowing that it set the key there.
 		f.setBefore(func(_ context.Context, op string) error {
-			for end := time.Now().Add(time.Second); op == "acquire" && fakes[0].token("k") == "" && time.Now().Before(end); {
+			for end := time.Now().Add(time.Second); op == "acquire" && fakes[0].token(key) == "" && time.Now().Before(end); {
 				time.Sleep(time.Millisecond)
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -1250,10 +1272,7 @@ func TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rc := make(chan lockResult, 1)
-	go func() {
-		l, err := c.Lock(ctx, "k")
-		rc <- lockResult{l: l, err: err}
-	}()
+	go func() { rc <- lockResult{err: call(ctx, c)} }()
 	require.Eventually(t, func() bool { return fakes[0].count("release") == 1 }, 5*time.Second, time.Millisecond, "the first attempt set node 0's key and rolls it back")
 	require.Eventually(t, func() bool {
 		if clk.Waiters() > 0 {
@@ -1264,11 +1283,11 @@ func TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay(t *testing.T) {
 	cancel()
 	select {
 	case r := <-rc:
-		t.Fatalf("Lock returned (%v) before its rollback's release did", r.err)
+		t.Fatalf("the call returned (%v) before its rollback's release did", r.err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	open()
 	r := receiveLock(t, rc)
 	require.ErrorIs(t, r.err, redlock.ErrNotAcquired)
-	assert.Empty(t, fakes[0].token("k"), "no key of the call is left on node 0 when Lock returns")
+	assert.Empty(t, fakes[0].token(key), "no key of the call is left on node 0 when the call returns")
 }

@@ -147,7 +147,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	}
 	cfg.local, cfg.queue = s.local, s.queue
 	start := s.c.clk.Now()
-	l, attempts, _, err := s.try(ctx, &cfg, nil, nil, nil)
+	l, attempts, _, err := s.try(ctx, &cfg, nil, nil, nil, nil)
 	s.report(l, start, attempts, err)
 	return l, err
 }
@@ -200,8 +200,10 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // alone: they would find the others held, and only add load for the
 // holders' releases. A slot handed to o (nil: none) meanwhile ends the
 // round with it; poked says o was poked during the round (a slot of this
-// client was released, perhaps after the round had tried it).
-func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, p *place) (l *Lock, attempts int, poked bool, err error) {
+// client was released, perhaps after the round had tried it). rolling
+// (nil: none) keeps the failed attempts whose rollback is on its way
+// (Client.attempt); without it each attempt waits for its rollback.
+func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, p *place, rolling *[]*outcome) (l *Lock, attempts int, poked bool, err error) {
 	n, first := len(only), 0
 	if n == 0 {
 		n = s.permits
@@ -225,7 +227,7 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 			// place passes to a waiter that ends before its turn.
 			s.c.touchQueue(s.slots[slot], s.queue, s.c.caps.tag)
 		}
-		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "", nil)
+		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "", rolling)
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr

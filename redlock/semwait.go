@@ -86,6 +86,7 @@ type semWait struct {
 	rounds     int          // the attempts of this call's rounds, for the Acquire hook
 	qe         *QuorumError // the last round's
 	p          *place       // its place in the nodes' queue; nil: its rounds do not queue (yet)
+	rolling    []*outcome   // failed attempts whose rollback may still be on its way: settled at the end
 	began      bool         // the call's turn came, and begin ran
 	wait       bool         // the next try waits instead (begin: nothing heard since the last head's round)
 	poked      bool         // a slot of this client was released during the last round
@@ -211,7 +212,7 @@ func (sw *semWait) inherit() bool {
 func (sw *semWait) tryRound(ctx context.Context, cfg *config) (l *Lock, poked, done bool, err error) {
 	s := sw.s
 	sw.w.forget(sw.hint)
-	l, n, poked, err := s.try(ctx, cfg, sw.hint, sw.o, sw.p)
+	l, n, poked, err := s.try(ctx, cfg, sw.hint, sw.o, sw.p, &sw.rolling)
 	sw.rounds += n
 	if l != nil && sw.hint != nil {
 		sw.heard = append(sw.heard, sw.hint[min(n, len(sw.hint)):]...)
@@ -288,6 +289,11 @@ func (sw *semWait) sleep(ctx context.Context, _ *config, d time.Duration) (*Lock
 // line to the client's next waiter, or stops and leaves them.
 func (sw *semWait) end(l *Lock) *Lock {
 	s, c, p := sw.s, sw.s.c, sw.p
+	if l == nil {
+		for _, o := range sw.rolling {
+			o.settle() // a call that fails leaves no key of its attempts when it returns
+		}
+	}
 	c.withdraw(s.local, sw.o, l)
 	passed := false
 	if sw.w != nil {
