@@ -169,9 +169,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // clients waiting for any slot, in the order they came: a release
 // reserves its slot for the client at the head of the line that has no
 // slot reserved yet, and wakes only that client (docs/DESIGN.md,
-// "Semaphores"). A client joins the line once a round found every slot
-// held, or from its first round on a semaphore it found full within the
-// last 4 s.
+// "Semaphores"). A client joins the line from the attempt after the
+// first that found its slot held, or from its first attempt on a
+// semaphore it found full within the last 4 s.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
 	c := s.c
 	cfg, err := c.lockConfig(s.name, opts)
@@ -193,7 +193,8 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // a random one) until one is granted; it returns the lock, the attempts
 // made and, when none was granted, the last attempt's error. With p
 // (nil: plain attempts) the attempts queue on the nodes in p's place,
-// and take a slot reserved for this client. It stops
+// and take a slot reserved for this client; from the attempt after the
+// first refusal when p.later says so. It stops
 // early on an error that is not a refusal (ErrClosed), when ctx ends, and
 // when so many nodes refuse for good (credentials, no scripts, ...) that
 // no slot can be had. Waiters woken by a release try the released slot
@@ -220,14 +221,15 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 			slot = only[j]
 		}
 		var ticket int64
-		if p != nil {
+		wait := p != nil && !p.later
+		if wait {
 			p.tried, ticket = true, p.ticket
 			// A waiting attempt registers the client in the line:
 			// Close's sweep leaves it for good, also where this call's
 			// place passes to a waiter that ends before its turn.
 			s.c.touchQueue(s.slots[slot], s.queue, s.c.caps.tag)
 		}
-		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, p != nil, ticket, "", "", rolling)
+		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, wait, ticket, "", "", rolling)
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr
@@ -235,7 +237,9 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 			return l, j + 1, poked, nil
 		}
 		err = out.err
-		if p != nil {
+		if p != nil && !wait {
+			p.later = false // a slot is held: the round's next attempts queue
+		} else if p != nil {
 			p.ticket, p.queued = max(p.ticket, out.ticket), out.queued
 			if out.sent != nil {
 				if p.sent == nil {
