@@ -49,6 +49,9 @@ func TestRealALaterReaderWaitsBehindAWriter(t *testing.T) {
 	holder, readers, writer := dial(), dial(), dial()
 	h, err := holder.TryLock(ctx, "k")
 	require.NoError(t, err)
+	// TryLock returns at a majority: a reader that came to the last
+	// node before the holder's SET would take it there, not queue.
+	everywhere(t, admins, "k", h.Token())
 
 	var mu sync.Mutex
 	var order []string
