@@ -183,8 +183,15 @@ func (r *Round) Collect() Count {
 // returns the count so far. Calls still running go on; Wait may be called
 // again to keep counting.
 func (r *Round) Wait(stop <-chan struct{}, need int) Count {
+	return r.WaitAnswered(stop, need, len(r.Replies)+1)
+}
+
+// WaitAnswered is Wait that also returns once answered calls have
+// returned (answered or failed), decided or not: a caller that would
+// give up on the slowest nodes learns when the others are in.
+func (r *Round) WaitAnswered(stop <-chan struct{}, need, answered int) Count {
 	c := Tally(r.Replies)
-	for c.Pending > 0 && !c.Decided(need) {
+	for c.Pending > 0 && !c.Decided(need) && len(r.Replies)-c.Pending < answered {
 		select {
 		case rep := <-r.ch:
 			r.Replies[rep.Node] = rep

@@ -677,3 +677,27 @@ type skipCalls struct {
 
 func (s skipCalls) Skip(i int) error                { return s.skip(i) }
 func (s skipCalls) Call(i int) (node.Result, error) { return s.call(i) }
+
+// TestWaitAnswered: WaitAnswered returns once that many calls have
+// returned, though the outcome is not decided (two Done and one Taken of
+// five, need 3: the two hanging nodes could still make it); Wait goes on
+// from there to the decision.
+func TestWaitAnswered(t *testing.T) {
+	release := newGate()
+	defer release.open()
+	r := start(t, clock.NewFake(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)), 5, func(i int) (node.Result, error) {
+		switch {
+		case i < 2:
+			return done, nil
+		case i == 2:
+			return node.Result{Status: node.Taken}, nil
+		}
+		<-release.wait()
+		return node.Result{Status: node.Taken}, nil
+	})
+	c := r.WaitAnswered(nil, 3, 3)
+	assert.Equal(t, quorum.Count{Done: 2, Taken: 1, Pending: 2}, c)
+	assert.False(t, c.Decided(3))
+	release.open()
+	assert.Equal(t, quorum.Count{Done: 2, Taken: 3}, recv(t, waitAsync(r, nil, 3), "Wait for the rest"))
+}
