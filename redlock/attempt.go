@@ -34,7 +34,11 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 	if rolling != nil {
 		behind = onKey(*rolling, key)
 	}
-	l, out := c.try(ctx, key, cfg, wait, ticket, grant, token, behind)
+	// A waiting call's plain attempt (its first: a Lock's on a key not
+	// known to be hot, a semaphore's) does not wait out slow nodes once
+	// one refused (see await); readers queue from their first attempt.
+	impatient := rolling != nil && !wait && !cfg.shared
+	l, out := c.try(ctx, key, cfg, wait, impatient, ticket, grant, token, behind)
 	switch {
 	case rolling == nil:
 		out.settle()
@@ -140,7 +144,7 @@ func (o *outcome) undone() bool {
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string, behind []*outcome) (*Lock, *outcome) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait, impatient bool, ticket int64, grant, token string, behind []*outcome) (*Lock, *outcome) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, failure(notStarted("acquire", key, c, ctx, ErrNotAcquired))
@@ -151,7 +155,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 	}
 	l := newLock(c, cfg.key(c, key, token, ticket, grant), cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait, behind: behind})
-	t := r.Wait(ctx.Done(), c.quorum)
+	t := c.await(ctx, r, impatient)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
 		if !cfg.confirms() {
@@ -167,6 +171,39 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait bool, ti
 		return nil, failure(qe)
 	}
 	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
+}
+
+// await waits for the outcome of an acquire's round r (quorum.Round.Wait).
+// An impatient attempt, a waiting call's plain one, which does not queue
+// the call where it is refused, does not wait out slow nodes once one
+// refused: when a majority has answered and the outcome is still open,
+// it waits as long again as that took (at least a millisecond), then
+// counts as refused (c.refused rolls it back everywhere, late replies
+// included), so that the call's next attempt, which queues it, goes. A
+// plain attempt held up by lost replies for a node timeout kept its call
+// off every queue meanwhile, while calls that came later queued ahead of
+// it: the starved waits left in the torture histories of stop 56.
+func (c *Client) await(ctx context.Context, r *round, impatient bool) quorum.Count {
+	if !impatient {
+		return r.Wait(ctx.Done(), c.quorum)
+	}
+	t := r.WaitAnswered(ctx.Done(), c.quorum, c.quorum)
+	if t.Decided(c.quorum) || t.Taken == 0 || ctx.Err() != nil {
+		return r.Wait(ctx.Done(), c.quorum)
+	}
+	grace := c.clk.NewTimer(max(time.Millisecond, r.Elapsed()))
+	defer grace.Stop()
+	stop, quit := make(chan struct{}), make(chan struct{})
+	defer close(quit)
+	go func() {
+		defer close(stop)
+		select {
+		case <-grace.C():
+		case <-ctx.Done():
+		case <-quit:
+		}
+	}()
+	return r.Wait(stop, c.quorum)
 }
 
 // refused ends an attempt whose round r did not take l: it rolls r back

@@ -1291,3 +1291,70 @@ func testQueuesWhileRollbackOnItsWay(t *testing.T, key string, call func(context
 	require.ErrorIs(t, r.err, redlock.ErrNotAcquired)
 	assert.Empty(t, fakes[0].token(key), "no key of the call is left on node 0 when the call returns")
 }
+
+// TestAPlainAttemptDoesNotWaitOutSlowNodes (issue 43, torture traces of
+// stop 56): a Lock or Semaphore.Acquire call's first attempt is a plain
+// one, which does not queue the call where it is refused. When a
+// majority has answered without deciding, one of them a refusal, and
+// the other nodes are slow, the call does not wait for them (up to a
+// node timeout, while later callers queue ahead of it): its next
+// attempt, which queues it, goes before they answer.
+func TestAPlainAttemptDoesNotWaitOutSlowNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name, key string
+		call      func(ctx context.Context, c *redlock.Client) error
+	}{
+		{"Lock", "k", func(ctx context.Context, c *redlock.Client) error {
+			_, err := c.Lock(ctx, "k")
+			return err
+		}},
+		{"Semaphore.Acquire", redlock.PermitKey("s", 0), func(ctx context.Context, c *redlock.Client) error {
+			s, err := c.Semaphore("s", 1)
+			if err != nil {
+				return err
+			}
+			_, err = s.Acquire(ctx)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fakes, _, clk, c := handoffSetup(t, 5, redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(time.Second),
+				redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+			fakes[0].put(tc.key, "another's", time.Minute)
+			slow := make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(slow) }) }
+			t.Cleanup(open)
+			var returned atomic.Int32 // the slow nodes' acquires that returned
+			for _, f := range fakes[3:] {
+				f.setBefore(func(ctx context.Context, op string) error {
+					if op == "acquire" {
+						defer returned.Add(1)
+						select {
+						case <-slow:
+						case <-ctx.Done():
+						}
+					}
+					return nil
+				})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rc := make(chan lockResult, 1)
+			go func() { rc <- lockResult{err: tc.call(ctx, c)} }()
+			require.Eventually(t, func() bool {
+				if clk.Waiters() > 0 {
+					clk.Advance(time.Millisecond)
+				}
+				return fakes[0].count("acquire") >= 2 && returned.Load() == 0
+			}, 5*time.Second, time.Millisecond, "the next attempt went before the slow nodes answered the first")
+			cancel()
+			open()
+			r := receiveLock(t, rc)
+			require.ErrorIs(t, r.err, redlock.ErrNotAcquired)
+			for i, f := range fakes[1:3] {
+				assert.Empty(t, f.token(tc.key), "node %d: no key of the call left when it returns", i+1)
+			}
+		})
+	}
+}
