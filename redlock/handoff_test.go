@@ -1216,31 +1216,36 @@ func TestOldGrantTakesAnAttempt(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
-// TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay: a Lock call whose
-// first attempt set the key on one node and failed queues on the nodes
-// (its next, waiting attempt) while the release of that key is still on
-// its way; the call waits for that release only when it ends, and then
+// waitingCalls are the calls that wait and queue on the nodes, with the
+// key each takes: a Lock, and a Semaphore.Acquire of one permit.
+var waitingCalls = []struct {
+	name, key string
+	call      func(ctx context.Context, c *redlock.Client) error
+}{
+	{"Lock", "k", func(ctx context.Context, c *redlock.Client) error {
+		_, err := c.Lock(ctx, "k")
+		return err
+	}},
+	{"Semaphore.Acquire", redlock.PermitKey("s", 0), func(ctx context.Context, c *redlock.Client) error {
+		s, err := c.Semaphore("s", 1)
+		if err != nil {
+			return err
+		}
+		_, err = s.Acquire(ctx)
+		return err
+	}},
+}
+
+// TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay: a Lock or
+// Semaphore.Acquire call whose first attempt set the key on one node and
+// failed queues on the nodes (its next, waiting attempt) while the
+// release of that key is still on its way; the call waits for that release only when it ends, and then
 // leaves no key behind. It waited for the release before its next
 // attempt: a slow node kept it off the queue, and callers that came
-// later queued ahead of it (the torture histories' starved writers).
+// later queued ahead of it (the torture histories' starved writers
+// and semaphore waits).
 func TestAWaitingCallQueuesWhileItsRollbackIsOnItsWay(t *testing.T) {
-	for _, tc := range []struct {
-		name, key string
-		call      func(ctx context.Context, c *redlock.Client) error
-	}{
-		{"Lock", "k", func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.Lock(ctx, "k")
-			return err
-		}},
-		{"Semaphore.Acquire", redlock.PermitKey("s", 0), func(ctx context.Context, c *redlock.Client) error {
-			s, err := c.Semaphore("s", 1)
-			if err != nil {
-				return err
-			}
-			_, err = s.Acquire(ctx)
-			return err
-		}},
-	} {
+	for _, tc := range waitingCalls {
 		t.Run(tc.name, func(t *testing.T) { testQueuesWhileRollbackOnItsWay(t, tc.key, tc.call) })
 	}
 }
@@ -1300,23 +1305,7 @@ func testQueuesWhileRollbackOnItsWay(t *testing.T, key string, call func(context
 // node timeout, while later callers queue ahead of it): its next
 // attempt, which queues it, goes before they answer.
 func TestAPlainAttemptDoesNotWaitOutSlowNodes(t *testing.T) {
-	for _, tc := range []struct {
-		name, key string
-		call      func(ctx context.Context, c *redlock.Client) error
-	}{
-		{"Lock", "k", func(ctx context.Context, c *redlock.Client) error {
-			_, err := c.Lock(ctx, "k")
-			return err
-		}},
-		{"Semaphore.Acquire", redlock.PermitKey("s", 0), func(ctx context.Context, c *redlock.Client) error {
-			s, err := c.Semaphore("s", 1)
-			if err != nil {
-				return err
-			}
-			_, err = s.Acquire(ctx)
-			return err
-		}},
-	} {
+	for _, tc := range waitingCalls {
 		t.Run(tc.name, func(t *testing.T) {
 			fakes, _, clk, c := handoffSetup(t, 5, redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(time.Second),
 				redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
