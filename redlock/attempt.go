@@ -69,7 +69,15 @@ type outcome struct {
 	// attempt set the key (nil elsewhere; see undone, rollingOn, settle).
 	ch   *chain
 	undo []*step
-	sent *inflight // waiting: the attempt's commands that may register the call (see Client.leaveWaiters)
+	// trail is, per node, the rollback's release where the attempt's
+	// acquire had not returned when the attempt was decided and may
+	// have followed an earlier attempt's release there
+	// (command.behind): it sets the key once that release lands, and
+	// a call that ends waits for this release too (settle). Nil
+	// elsewhere; a straggler that followed nothing is not waited for,
+	// as a TryLock's is not.
+	trail []*step
+	sent  *inflight // waiting: the attempt's commands that may register the call (see Client.leaveWaiters)
 }
 
 // unsettled returns a new slice of the outcomes of os whose rollback has
@@ -78,14 +86,34 @@ type outcome struct {
 func unsettled(os []*outcome) []*outcome {
 	var out []*outcome
 	for _, o := range os {
-		for _, s := range o.undo {
-			if s != nil && !o.ch.landed(s) {
-				out = append(out, o)
-				break
-			}
+		if pendingIn(o.ch, o.undo) || pendingIn(o.ch, o.trail) {
+			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// pendingIn reports whether a step of steps (nil entries aside) has not
+// returned yet.
+func pendingIn(ch *chain, steps []*step) bool {
+	for _, s := range steps {
+		if s != nil && !ch.landed(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// followedOn reports whether an attempt of os may have set the key on
+// node i, or may still (see outcome.trail): a later attempt's acquire
+// there may have followed its release.
+func followedOn(os []*outcome, i int) bool {
+	for _, o := range os {
+		if o.undo != nil && o.undo[i] != nil || o.trail != nil && o.trail[i] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // onKey returns the outcomes of os whose attempt was at key and has a
@@ -109,15 +137,19 @@ func (o *outcome) rollingOn(i int) *step {
 }
 
 // settle waits until the rollback has released the keys the attempt set
-// (see Client.rollback): a call that ends, or makes no more attempts,
-// leaves no key of its attempts behind when it returns.
+// (see Client.rollback), and those it may still set where its acquire
+// followed an earlier attempt's release (trail): a call that ends, or
+// makes no more attempts, leaves no key of its attempts behind when it
+// returns.
 func (o *outcome) settle() {
 	if o == nil {
 		return
 	}
-	for _, s := range o.undo {
-		if s != nil {
-			o.ch.await(s, nil)
+	for _, steps := range [2][]*step{o.undo, o.trail} {
+		for _, s := range steps {
+			if s != nil {
+				o.ch.await(s, nil)
+			}
 		}
 	}
 }
@@ -265,6 +297,11 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 				out.undo = make([]*step, len(r.Replies))
 			}
 			out.undo[i] = &l.ch.tail[i] // the rollback's release there
+		} else if !rep.Answered() && followedOn(r.cmd.behind, i) {
+			if out.trail == nil {
+				out.trail = make([]*step, len(r.Replies))
+			}
+			out.trail[i] = &l.ch.tail[i]
 		}
 	}
 	if wait {
