@@ -43,7 +43,11 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 	case rolling == nil:
 		out.settle()
 	case out != nil:
-		*rolling = append(unsettled(*rolling), out)
+		r := unsettled(*rolling) // a new slice: a round may still read the old one
+		if out.rolls() {
+			r = append(r, out)
+		}
+		*rolling = r
 	}
 	c.life.bg.Done()
 	// Logged once the operation has ended: a logger may call Close.
@@ -86,11 +90,17 @@ type outcome struct {
 func unsettled(os []*outcome) []*outcome {
 	var out []*outcome
 	for _, o := range os {
-		if pendingIn(o.ch, o.undo) || pendingIn(o.ch, o.trail) {
+		if o.rolls() {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// rolls reports whether o's rollback has a release still on its way
+// that settle waits for (none for an attempt without a chain).
+func (o *outcome) rolls() bool {
+	return pendingIn(o.ch, o.undo) || pendingIn(o.ch, o.trail)
 }
 
 // pendingIn reports whether a step of steps (nil entries aside) has not
@@ -116,11 +126,11 @@ func followedOn(os []*outcome, i int) bool {
 	return false
 }
 
-// onKey returns the outcomes of os whose attempt was at key and has a
-// rollback (a chain): os itself when all were, as a Lock call's are,
+// onKey returns the outcomes of os (each with a chain, see rolls) whose
+// attempt was at key: os itself when all were, as a Lock call's are,
 // else a new slice (a semaphore's slots).
 func onKey(os []*outcome, key string) []*outcome {
-	other := func(o *outcome) bool { return o.ch == nil || o.ch.k.Name != key }
+	other := func(o *outcome) bool { return o.ch.k.Name != key }
 	if !slices.ContainsFunc(os, other) {
 		return os
 	}
