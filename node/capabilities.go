@@ -121,7 +121,7 @@ const WaiterLease = 2 * time.Second
 // heads the queue, the releaser's client included (its waiting attempt
 // is its next): a waiter would otherwise wait for a free key that no
 // release announces. A rollback of a waiting Acquire that set the key
-// (Key.Requeue, a key's own queue) first queues the owner again with
+// (Key.Requeue; a key's own queue or a semaphore's line) first queues the owner again with
 // Key.Ticket (and Key.Grant, for WaiterLease), as the nodes that refused
 // that Acquire hold it, and where
 // the owner is then the head deletes the key quietly: a node whose key

@@ -104,8 +104,8 @@ type Key struct {
 	// Requeue marks the rollback of a waiting Acquire: a Release without
 	// announce that frees the key queues Owner again with Ticket, asking
 	// for Grant for WaiterLease (see Handoffer; a caller whose GrantTTL
-	// is shorter sends no Grant). Only a key's own queue (Queue "")
-	// requeues.
+	// is shorter sends no Grant). A key's own queue and a semaphore's
+	// line (Queue) alike.
 	Requeue bool
 	// Tomb (0: none) asks a Release (or ReleaseShared) to leave a
 	// tombstone of Token, TombKey(Name, Token), for Tomb, whether it

@@ -257,7 +257,7 @@ func (c *Client) await(ctx context.Context, r *round, impatient bool) quorum.Cou
 func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *outcome {
 	key := l.k.Name
 	requeue := int64(0)
-	if wait && c.caps.handoff && cfg.ownLine() {
+	if wait && c.caps.handoff && cfg.requeues() {
 		// Nodes where this waiting attempt set the key (it was free and
 		// the client headed the queue there) queue the client again as
 		// the refusing nodes did, with the largest ticket they gave,
@@ -265,7 +265,8 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		// splits the nodes (queued where the key is held, the key set
 		// where it is free) stays queued on that minority at every
 		// attempt, and callers that come later pass it on the others
-		// (a torture trace, stop 54). Those nodes had no one else
+		// (a torture trace, stop 54; and a semaphore's, whose line
+		// serves every slot: stop 56). Those nodes had no one else
 		// queued when the attempt set the key (its client headed the
 		// queue there), so the ticket puts it ahead only of callers
 		// that queued there after it. (The call keeps a ticket only

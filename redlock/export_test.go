@@ -10,3 +10,6 @@ func Waiting(c *Client, key string) int {
 	}
 	return 0
 }
+
+// Line returns the key of s's line on the nodes (node.Key.Queue).
+func Line(s *Semaphore) string { return s.queue }

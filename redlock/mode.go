@@ -33,11 +33,18 @@ func (m mode) handsOn() bool { return !m.shared && !m.fenced }
 func (m mode) reservable() bool { return !m.shared }
 
 // ownLine reports whether the call's waiters queue in the key's own line
-// on the nodes (node.WaitersKey): a lock's writers, fenced or not. There
-// a rollback of a waiting attempt that set the key queues the call again
-// (node.Key.Requeue). Not a semaphore's line (node.Key.Queue), which
-// serves several keys, nor readers, who queue under their own tag.
+// on the nodes (node.WaitersKey): a lock's writers, fenced or not. Not a
+// semaphore's line (node.Key.Queue), which serves several keys, nor
+// readers, who queue under their own tag.
 func (m mode) ownLine() bool { return !m.shared && m.queue == "" }
+
+// requeues reports whether a rollback of a waiting attempt that set the
+// key queues the call again there (node.Key.Requeue): a writer's, in a
+// lock's own line or a semaphore's (an acquire that sets the key drops
+// its caller from the line, and a call that stays queued on a minority
+// is passed on the other nodes by every caller after it). Not readers,
+// who queue under their own tag.
+func (m mode) requeues() bool { return !m.shared }
 
 // grants reports whether the nodes may grant the key to a waiting call
 // by name (node.Key.Grant): a writer in the key's own line, unfenced (a

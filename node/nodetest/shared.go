@@ -18,7 +18,8 @@ import (
 // has no key reserved yet, a waiter keeps its reservation as it renews
 // its place through the other key, and each takes its own; a transfer
 // within a client does not yield to the queue; a rollback hands the key
-// on quietly where anyone is queued, and deletes it where no one is;
+// on quietly where anyone is queued, and deletes it where no one is; a
+// waiting attempt's rollback (Key.Requeue) queues its caller again;
 // nothing is left.
 func testSharedQueue(t *testing.T, f Factory) {
 	e, h := startHandoffer(t, f)
@@ -95,6 +96,32 @@ func testSharedQueue(t *testing.T, f Factory) {
 	xk := key(0, "tok-x3", "x", x)
 	e.resultOf(e.n.Acquire(e.ctx, xk, time.Minute, true))(node.Done, "x takes key 0")
 	e.resultOf(e.n.Release(e.ctx, xk, true))(node.Done, "x releases")
+
+	// A waiting attempt that took a free key heading the line, then was
+	// rolled back (node.Key.Requeue, with the ticket the refusing nodes
+	// gave): the key is deleted quietly, the caller is in line again,
+	// ahead of a later waiter, and the next release of a key of the
+	// line is reserved for it. Without the requeue it would have left
+	// the line here for good, and that release would go to the later one.
+	e.resultOf(e.n.Acquire(e.ctx, h1, time.Minute, false))(node.Done, "h takes key 1 again")
+	yk := key(0, "tok-y1", "y", 0)
+	e.resultOf(e.n.Acquire(e.ctx, yk, time.Minute, true))(node.Done, "y takes the free key 0, heading an empty line")
+	assert.Equal(t, int64(0), e.do("EXISTS", q), "and leaves the line")
+	rb := *yk
+	rb.Ticket, rb.Requeue = 9, true
+	toY := e.subscribe(t, node.ReservedKey(names[0], "y"))
+	e.resultOf(e.n.Release(e.ctx, &rb, false))(node.Done, "y's attempt is rolled back")
+	assert.Equal(t, int64(0), e.do("EXISTS", names[0]), "key 0 is free")
+	assert.Nil(t, receive(t, toY, 100*time.Millisecond), "and y, the head, is not told")
+	res = e.resultOf(e.n.Acquire(e.ctx, key(0, "tok-z1", "z", 0), time.Minute, true))(node.Taken, "z does not take key 0: y heads the line")
+	assert.Equal(t, int64(10), res.Ticket, "z is queued after y's ticket")
+	e.resultOf(e.n.Release(e.ctx, h1, true))(node.Done, "h releases key 1")
+	assert.Equal(t, "~y", e.get(names[1]), "key 1 is reserved for y, not for z")
+	yk = key(1, "tok-y2", "y", 9)
+	e.resultOf(e.n.Acquire(e.ctx, yk, time.Minute, true))(node.Done, "y takes key 1")
+	e.resultOf(e.n.Release(e.ctx, yk, true))(node.Done, "y releases")
+	assert.Equal(t, "~z", e.get(names[1]), "key 1 goes to z")
+	require.NoError(t, h.Leave(e.ctx, key(1, "", "z", 0)))
 	for _, k := range append(names, q) {
 		assert.Equal(t, int64(0), e.do("EXISTS", k), "%s is gone", k)
 	}

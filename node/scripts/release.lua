@@ -29,7 +29,10 @@
 --          key (it was not reserved there for the majority's next holder)
 --          ends with an empty queue, and every waiter's attempt takes it
 --          and rolls it back again. Where the caller is then the head, the
---          key is deleted quietly (its wait goes on); else it is handed on
+--          key is deleted quietly (its wait goes on); else it is handed on.
+--          On a lock's own queue and on a semaphore's line alike: an
+--          attempt that sets a slot drops its caller from the line there,
+--          and a release of any slot there would pass it over
 -- ARGV[5]  the lease of that registration, in milliseconds
 -- ARGV[6]  the grant that attempt asked for ("" or absent: none): the
 --          registration asks for it again, with the rolled-back token as
@@ -80,7 +83,6 @@ end
 -- (Only a rollback sends ARGV[4]: an Unlock's common case below reads
 -- no more than before.)
 local requeue = ARGV[4] and ARGV[2] ~= "1" and (tonumber(ARGV[4]) or 0) > 0 and (ARGV[3] or "") ~= ""
-  and KEYS[2] == KEYS[1] .. ":waiters"
 -- The common case, before the libraries are defined (each definition
 -- costs the script a closure per call): no one queued, the key is
 -- freed, and not announced, not even for an Unlock: a waiter registers
