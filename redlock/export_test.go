@@ -13,3 +13,7 @@ func Waiting(c *Client, key string) int {
 
 // Line returns the key of s's line on the nodes (node.Key.Queue).
 func Line(s *Semaphore) string { return s.queue }
+
+// SemWaiting returns how many Acquire calls of s's client wait in its
+// local queue for s.
+func SemWaiting(s *Semaphore) int { return Waiting(s.c, s.local) }

@@ -301,6 +301,15 @@ func (sw *semWait) end(l *Lock) *Lock {
 		}
 	}
 	c.withdraw(s.local, sw.o, l)
+	if l != nil && p != nil {
+		// The client was served in its turn: the next waiter that takes
+		// the place queues behind the clients already in line, with a
+		// ticket of its own. With this call's it stayed at the head
+		// for as long as the client had calls waiting, and other
+		// clients were served only by its own releases (a benchmark of
+		// four clients: 57 to 245 sections per goroutine).
+		p.ticket, p.queued = 0, false
+	}
 	passed := false
 	if sw.w != nil {
 		sw.w.rebuffer(sw.heard)
