@@ -58,13 +58,7 @@ func TestRealASemaphoreRollbackQueuesTheCallAgain(t *testing.T) {
 	}, 10*time.Second, 2*time.Millisecond, "the waiter is queued again on node 2")
 	require.NoError(t, h.Unlock(ctx))
 	require.NoError(t, <-got, "the waiter takes the permit once it is released")
-	for i, a := range admins {
-		assert.Eventually(t, func() bool {
-			n, err := a.Do(ctx, "DBSIZE")
-			require.NoError(t, err)
-			return n.(int64) == 0
-		}, 5*time.Second, 5*time.Millisecond, "node %d: keys left", i)
-	}
+	noKeys(t, admins)
 }
 
 // TestRealAServedClientGoesToTheBackOfTheLine: a client whose waiting
@@ -148,11 +142,5 @@ func TestRealAServedClientGoesToTheBackOfTheLine(t *testing.T) {
 	require.NoError(t, first.l.Unlock(ctx))
 	require.NoError(t, second.l.Unlock(ctx))
 	require.NoError(t, recv().l.Unlock(ctx))
-	for i, ad := range admins {
-		assert.Eventually(t, func() bool {
-			n, err := ad.Do(ctx, "DBSIZE")
-			require.NoError(t, err)
-			return n.(int64) == 0
-		}, 5*time.Second, 5*time.Millisecond, "node %d: keys left", i)
-	}
+	noKeys(t, admins)
 }
