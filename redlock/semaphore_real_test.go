@@ -82,19 +82,7 @@ func TestRealAServedClientGoesToTheBackOfTheLine(t *testing.T) {
 	}
 	x, a, b := sem(), sem(), sem()
 	line := redlock.Line(x)
-	queued := func(n int64) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			for _, ad := range admins {
-				v, err := ad.Do(ctx, "HLEN", line)
-				require.NoError(t, err)
-				if v.(int64) != n+1 { // and the ticket counter
-					return false
-				}
-			}
-			return true
-		}, 10*time.Second, 2*time.Millisecond, "%d clients in line on every node", n)
-	}
+	queued := func(n int64) { t.Helper(); waitInQueue(t, admins, line, n) }
 	x0, err := x.TryAcquire(ctx)
 	require.NoError(t, err)
 	x1, err := x.TryAcquire(ctx)

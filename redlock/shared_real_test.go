@@ -17,16 +17,23 @@ import (
 // waitQueued waits until every node has n waiters queued for key.
 func waitQueued(t *testing.T, admins []*redistest.Admin, key string, n int64) {
 	t.Helper()
+	waitInQueue(t, admins, node.WaitersKey(key), n)
+}
+
+// waitInQueue waits until every node has n waiters in the queue q (a
+// lock's, or a semaphore's line).
+func waitInQueue(t *testing.T, admins []*redistest.Admin, q string, n int64) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, a := range admins {
-			v, err := a.Do(context.Background(), "HLEN", node.WaitersKey(key))
+			v, err := a.Do(context.Background(), "HLEN", q)
 			require.NoError(t, err)
 			if v.(int64) != n+1 { // and the ticket counter
 				return false
 			}
 		}
 		return true
-	}, 10*time.Second, 5*time.Millisecond, "%d waiters of %s", n, key)
+	}, 10*time.Second, 2*time.Millisecond, "%d waiters in %s", n, q)
 }
 
 // TestRealALaterReaderWaitsBehindAWriter: a client's reader call that
