@@ -34,7 +34,8 @@ import (
 // release. A lock that did send a command there before the breaker opened
 // (or whose acquire is the probe) still sends its release, once; a
 // release or Leave that failed there is finished in the background past
-// the breaker, one call at a time per node at most every node timeout,
+// the breaker, one call at a time per node at most every node timeout
+// while the node looks down (see finishQueued),
 // and the first the node answers closes the breaker (the node is back):
 // otherwise its key would block the lock for a whole cooldown after the
 // node came back. Safety does not change: a skipped node is a failed

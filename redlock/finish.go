@@ -24,7 +24,8 @@ import (
 // a node that stays down costs one release call per backoff interval
 // (the queue's head, a probe), not one goroutine per lock. The interval
 // doubles from finishFirst up to the node's timeout, no further. Once
-// the node answers, the rest of the queue goes at once, up to
+// the node answers, or while its timeouts come with late replies (slow,
+// not down: Client.answersLate), the rest of the queue goes at once, up to
 // finishBatch releases side by side (each its own call, on the node's
 // shared connection one pipelined write): its releases are done within
 // about two of its timeouts (the try under way, the wait, the next
@@ -206,8 +207,9 @@ func (f *finisher) next(now, closing time.Time, n int) (rs []release, watched bo
 // finisher.next), to node i side by side, but those that must wait,
 // and returns the wait before the worker's next look and how many to
 // send then: none and finishBatch when every one sent was answered
-// (the node answers: on to the rest at once), the retry wait
-// (finishAgain) and 1, a probe, when one was not or none could go yet.
+// (on to the rest at once), finishFirst and finishBatch when some were
+// not but the node answers (slow, not down), the retry wait
+// (finishAgain) and 1, a probe, when it looks down or none could go yet.
 func (c *Client) finishQueued(i int, f *finisher, rs []release, wait time.Duration) (time.Duration, int) {
 	// A release whose lock's previous command there (a SET on its way)
 	// has not returned waits: now it could overtake that command, find
@@ -241,12 +243,21 @@ func (c *Client) finishQueued(i int, f *finisher, rs []release, wait time.Durati
 		}
 		wg.Wait()
 	}
-	failed := false
+	// answers: the node answered one of rs, or failed them in a way that
+	// does not mean it is down (a timeout while its late replies keep
+	// coming, a command held back behind an unanswered one): it is
+	// slow, not down, and the rest go side by side again soon; probing
+	// it one release per timeout would leave the fifth in its queue
+	// there for five of them (a torture trace: a loaded machine's node
+	// timed out its probes, 345 ms after the faults stopped).
+	failed, answers := false, false
 	for j, r := range rs {
-		if errs[j] != nil && !node.Permanent(errs[j]) {
+		if err := errs[j]; err != nil && !node.Permanent(err) {
 			failed = true
+			answers = answers || !nodeDown(err) || c.answersLate(i, err)
 			continue
 		}
+		answers = true
 		// Answered, or refused for good (the NodeCall hook has
 		// reported it; no log here: a logger may call Close, which
 		// waits for this goroutine): it leaves the queue.
@@ -259,10 +270,13 @@ func (c *Client) finishQueued(i int, f *finisher, rs []release, wait time.Durati
 			c.enqueue(i, r, true)
 		}
 	}
-	if failed {
-		return c.finishAgain(i, wait), 1
+	switch {
+	case !failed:
+		return 0, finishBatch
+	case answers:
+		return finishFirst, finishBatch
 	}
-	return 0, finishBatch
+	return c.finishAgain(i, wait), 1
 }
 
 // drop takes release r out of f's queue (its first entry for the same
