@@ -63,7 +63,7 @@ func TestTooManyFindsAThirdHolderOfTwoPermits(t *testing.T) {
 func TestStarvedFindsAWaiterOvertakenTooOften(t *testing.T) {
 	waits := []history.Wait{
 		{Holder: 0, Op: "lock", Group: "x", Start: at(0), End: at(500), Served: true},
-		{Holder: 1, Op: "lock", Group: "x", Start: at(0), End: at(50), Served: true},
+		{Holder: 1, Client: 1, Op: "lock", Group: "x", Start: at(0), End: at(50), Served: true},
 	}
 	var grants []history.Grant
 	for i := range 4 { // four later calls of holder 2 served while 0 waits
@@ -91,6 +91,21 @@ func TestStarvedFindsAWaiterOvertakenTooOften(t *testing.T) {
 	if got := history.Starved(behind, grants, 3); len(got) != 0 {
 		t.Fatalf("holder 0 behind its sibling (4 overtakes, bound 2×3) reported: %q", got)
 	}
+	// A sibling that began just after it (within StartTie) and was
+	// served first reached the local queue first: ahead of it too.
+	behind[1].Start = at(1)
+	if got := history.Starved(behind, grants, 3); len(got) != 0 {
+		t.Fatalf("holder 0 behind a sibling that began 1 ms later and was served first reported: %q", got)
+	}
+	behind[1].End = at(600) // served after it: behind it, not ahead
+	if got := history.Starved(behind, grants, 3); len(got) != 1 {
+		t.Fatalf("want holder 0 starved ahead of a sibling served after it, got %q", got)
+	}
+	behind[1].Start, behind[1].End = at(50), at(200) // began well after: a local overtake, not a tie
+	if got := history.Starved(behind, grants, 3); len(got) != 1 {
+		t.Fatalf("want holder 0 starved behind a sibling that began 50 ms after it, got %q", got)
+	}
+	behind[1].Start = at(-1)
 	behind[1].Client = 1 // another client's call: not in its local queue
 	if got := history.Starved(behind, grants, 3); len(got) != 1 {
 		t.Fatalf("want holder 0 starved behind another client's call, got %q", got)
