@@ -208,8 +208,9 @@ func (f *finisher) next(now, closing time.Time, n int) (rs []release, watched bo
 // and returns the wait before the worker's next look and how many to
 // send then: none and finishBatch when every one sent was answered
 // (on to the rest at once), finishFirst and finishBatch when some were
-// not but the node answers (slow, not down), the retry wait
-// (finishAgain) and 1, a probe, when it looks down or none could go yet.
+// not but the node answers (one was answered, or it is slow, not down),
+// the retry wait (finishAgain) and 1, a probe, otherwise or when none
+// could go yet.
 func (c *Client) finishQueued(i int, f *finisher, rs []release, wait time.Duration) (time.Duration, int) {
 	// A release whose lock's previous command there (a SET on its way)
 	// has not returned waits: now it could overtake that command, find
@@ -243,18 +244,19 @@ func (c *Client) finishQueued(i int, f *finisher, rs []release, wait time.Durati
 		}
 		wg.Wait()
 	}
-	// answers: the node answered one of rs, or failed them in a way that
-	// does not mean it is down (a timeout while its late replies keep
-	// coming, a command held back behind an unanswered one): it is
-	// slow, not down, and the rest go side by side again soon; probing
-	// it one release per timeout would leave the fifth in its queue
-	// there for five of them (a torture trace: a loaded machine's node
-	// timed out its probes, 345 ms after the faults stopped).
+	// answers: the node answered one of rs, or timed one out while its
+	// late replies keep coming (Client.answersLate): it is slow, not
+	// down, and the rest go side by side again soon; probing it one
+	// release per timeout would leave the fifth in its queue there for
+	// five of them (a torture trace: a loaded machine's node timed out
+	// its probes, 345 ms after the faults stopped). Failures of every
+	// other kind back off as a node that is down does: an error reply
+	// (loading, busy) is no reason to send it more.
 	failed, answers := false, false
 	for j, r := range rs {
 		if err := errs[j]; err != nil && !node.Permanent(err) {
 			failed = true
-			answers = answers || !nodeDown(err) || c.answersLate(i, err)
+			answers = answers || c.answersLate(i, err)
 			continue
 		}
 		answers = true
