@@ -308,6 +308,9 @@ func (l *Lock) unlock(ctx context.Context, expired bool) error {
 		return l.handOff(ctx, to)
 	}
 	err := l.release(ctx, expired, nil)
+	if err == nil && l.mode.local != "" {
+		l.c.freedSlot(l.mode.local, l.k.Name)
+	}
 	if waiting != nil {
 		l.c.poke(waiting, l.mode.takesTurns())
 	}

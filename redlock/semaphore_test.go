@@ -654,3 +654,33 @@ func TestSemaphoreLineLeftWhenEveryWaiterGivesUp(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// TestSemaphoreTriesTheSlotItReleasedFirst: a client's round over the
+// slots starts at the slot it released last, so a client that cycles on
+// a semaphore whose other slots are held elsewhere makes one attempt per
+// Acquire, not one per held slot it happens to start at.
+func TestSemaphoreTriesTheSlotItReleasedFirst(t *testing.T) {
+	fakes, clk, other := setup(t, 3)
+	ctx := context.Background()
+	var attempts []int
+	c, err := redlock.New(asNodes(fakes), redlock.WithClock(clk), redlock.WithNodeTimeout(500*time.Millisecond),
+		redlock.WithHooks(redlock.Hooks{Acquire: func(i redlock.AcquireInfo) { attempts = append(attempts, i.Attempts) }}))
+	require.NoError(t, err)
+	defer c.Close()
+	busy, err := other.Semaphore("s", 4)
+	require.NoError(t, err)
+	for range 3 {
+		l, err := busy.TryAcquire(ctx)
+		require.NoError(t, err)
+		defer l.Unlock(ctx)
+	}
+	s, err := c.Semaphore("s", 4)
+	require.NoError(t, err)
+	for range 20 {
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	require.Len(t, attempts, 20)
+	assert.Equal(t, slices.Repeat([]int{1}, 19), attempts[1:], "after the first, each Acquire starts at the slot it released")
+}
