@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,15 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	if r.muxConn != nil {
 		return r.callMux(ctx, start, op, s, cmd, args)
 	}
+	return r.callPool(ctx, start, deadline, op, s, cmd, args)
+}
+
+// callPool is call on a pooled connection. redigo keeps no argument list
+// beyond a call, but the compiler cannot know that of an interface
+// method: handing it args would move every caller's argument list to
+// the heap, also on the shared connection's path, which only reads it.
+// So the pooled path, which is not the default, pays for a copy.
+func (r *Redis) callPool(ctx context.Context, start, deadline time.Time, op string, s *script, cmd string, args []any) (any, error) {
 	conn, err := r.pool.GetContext(ctx)
 	if err != nil {
 		return nil, r.getFailed(op, err)
@@ -76,9 +86,10 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 		conn.Close()
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
-	reply, err := redis.DoWithTimeout(conn, left, cmd, args...)
+	heap := slices.Clone(args)
+	reply, err := redis.DoWithTimeout(conn, left, cmd, heap...)
 	if err != nil {
-		return r.failed(conn, op, s, args, start, deadline, err)
+		return r.failed(conn, op, s, heap, start, deadline, err)
 	}
 	conn.Close()
 	if s != nil {

@@ -48,7 +48,7 @@ func (r *Redis) acquireScript(ctx context.Context, k *Key, ttl time.Duration, wa
 		owner = k.Owner
 	}
 	name, token := k.Boxed()
-	args := []any{acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket}
+	args := append(make([]any, 0, 11), acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket)
 	if wait && k.Grant != "" {
 		args = append(args, k.Grant, GrantTTL(ttl).Milliseconds())
 	}
@@ -121,7 +121,7 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	args := []any{releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner)}
+	args := append(make([]any, 0, 11), releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner))
 	switch {
 	case k.Requeue && !announce && k.Ticket > 0:
 		args = append(args, k.Ticket, waiterLeaseMS, k.Grant)
@@ -274,7 +274,7 @@ func (r *Redis) ReleaseShared(ctx context.Context, k *Key, announce bool) (Resul
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	args := []any{releaseSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag}
+	args := append(make([]any, 0, 8), releaseSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag)
 	if k.Tomb > 0 {
 		args = append(args, max(k.Tomb.Milliseconds(), 1))
 	}

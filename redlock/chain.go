@@ -54,19 +54,19 @@ type chain struct {
 
 // step is one command on one node.
 type step struct {
-	res  node.Result // written before done is set
-	err  error       // written before done is set
-	gen  uint64      // the node breaker's generation the call was let through in
-	sent bool        // this or an earlier command of the lock was sent to the node
+	res node.Result // written before done is set
+	err error       // written before done is set
+	gen uint64      // the node breaker's generation the call was let through in
+	// via: a command the breaker skipped before the lock's previous
+	// command on the node had returned takes that command's reached
+	// flag once it has (see chain.wasReached); nil otherwise.
+	via  *step
+	sent bool // this or an earlier command of the lock was sent to the node
 	// reached: this or an earlier command of the lock may have reached
 	// the node (it answered, or failed other than by a refused dial or
 	// not being sent), so a key of the lock may be there. Written by the
 	// call before done is set.
 	reached bool
-	// via: a command the breaker skipped before the lock's previous
-	// command on the node had returned takes that command's reached
-	// flag once it has (see chain.wasReached); nil otherwise.
-	via *step
 	// late: this or an earlier command of the lock on the node may
 	// still run there (it timed out after it was sent, see runsLate, or
 	// had not returned when this one ended). A release after such a step
@@ -84,15 +84,15 @@ type step struct {
 type command struct {
 	op       string        // "acquire", "confirm", "extend", "reseed", "transfer" or "release", for errors and hooks
 	ttl      time.Duration // acquire, extend: the keys' TTL
-	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
 	fence    int64         // confirm: the fence to raise the counters to
+	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
 	announce bool          // release: tell waiters (Unlock, not a rollback)
 	wait     bool          // acquire: ask a Taken node for the holder's TTL
+	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
 	from     *Lock         // transfer: the lock handed over, and
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
 	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
-	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
 	behind   []*outcome    // acquire: the call's failed attempts whose rollback it follows where they set the key (see outcome.rollingOn)
 }
 
