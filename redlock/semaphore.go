@@ -150,6 +150,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	cfg.local, cfg.queue = s.local, s.queue
 	start := s.c.clk.Now()
 	l, attempts, _, err := s.try(ctx, &cfg, nil, nil, nil, nil)
+	s.c.holding(s.local, l)
 	s.report(l, start, attempts, err)
 	return l, err
 }
@@ -187,6 +188,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 		sw.giveUp = start.Add(cfg.maxWait)
 	}
 	l, err := c.acquire(ctx, &cfg, target{s: &sw})
+	c.holding(s.local, l)
 	s.report(l, start, sw.rounds, err)
 	return l, err
 }
@@ -273,6 +275,57 @@ func (s *Semaphore) first() int {
 		return i
 	}
 	return rand.IntN(s.permits)
+}
+
+// holding records that l (nil: none), a permit of the semaphore whose
+// local queue is local, was handed to a caller: until it is unlocked or
+// runs out, this client's waiters for another permit stay out of the
+// nodes' line (holdsPermit).
+func (c *Client) holding(local string, l *Lock) {
+	if l == nil {
+		return
+	}
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	if _, ok := c.lq.held[local]; !ok && len(c.lq.held) >= maxHot {
+		c.lq.held = prune(c.lq.held)
+	}
+	if !slices.Contains(c.lq.held[local], l) {
+		c.lq.held[local] = append(c.lq.held[local], l)
+	}
+}
+
+// holdsPermit reports whether this client holds a permit of the
+// semaphore whose local queue is local: one its calls returned that is
+// neither unlocked nor run out. A client holding one does not wait in
+// the nodes' line (see semWait.round): the line orders the clients that
+// hold nothing, and a transfer (transfer.lua) yields a slot only to its
+// head, so that clients holding permits pass them among their own calls
+// without handing each one across (docs/PERFORMANCE.md, "Permits in
+// use").
+func (c *Client) holdsPermit(local string) bool {
+	c.lq.mu.Lock()
+	defer c.lq.mu.Unlock()
+	held := slices.DeleteFunc(c.lq.held[local], func(l *Lock) bool { return l.TTL() <= 0 })
+	if len(held) == 0 {
+		delete(c.lq.held, local)
+		return false
+	}
+	c.lq.held[local] = held
+	return true
+}
+
+// prune drops from held the permits unlocked or run out, and the
+// semaphores left with none.
+func prune(held map[string][]*Lock) map[string][]*Lock {
+	for k, ls := range held {
+		if ls = slices.DeleteFunc(ls, func(l *Lock) bool { return l.TTL() <= 0 }); len(ls) == 0 {
+			delete(held, k)
+		} else {
+			held[k] = ls
+		}
+	}
+	return held
 }
 
 // freedSlot records that an Unlock of this client released slot, of the

@@ -217,7 +217,20 @@ func (sw *semWait) inherit() bool {
 func (sw *semWait) tryRound(ctx context.Context, cfg *config) (l *Lock, poked, done bool, err error) {
 	s := sw.s
 	sw.w.forget(sw.hint)
-	l, n, poked, err := s.try(ctx, cfg, sw.hint, sw.o, sw.p, &sw.rolling)
+	p := sw.p
+	if p != nil && s.c.holdsPermit(s.local) {
+		// Out of the line while the client holds a permit (see
+		// holdsPermit): its holders hand theirs to this call, and a slot
+		// free with no one in line takes a plain attempt. A waiting
+		// attempt of an earlier round (made while the client held
+		// none, or by a previous head) is taken back.
+		if p.tried {
+			s.leave(p, nil)
+			sw.p = &place{}
+		}
+		p = nil
+	}
+	l, n, poked, err := s.try(ctx, cfg, sw.hint, sw.o, p, &sw.rolling)
 	sw.rounds += n
 	if l != nil && sw.hint != nil {
 		sw.heard = append(sw.heard, sw.hint[min(n, len(sw.hint)):]...)
@@ -300,15 +313,22 @@ func (sw *semWait) end(l *Lock) *Lock {
 			o.settle() // a call that fails leaves no key of its attempts when it returns
 		}
 	}
+	if l != nil {
+		c.holding(s.local, l) // before the next waiter's turn: it does not queue
+	}
 	c.withdraw(s.local, sw.o, l)
 	if l != nil && p != nil {
-		// The client was served in its turn: the next waiter that takes
-		// the place queues behind the clients already in line, with a
-		// ticket of its own. With this call's it stayed at the head
-		// for as long as the client had calls waiting, and other
-		// clients were served only by its own releases (a benchmark of
-		// four clients: 57 to 245 sections per goroutine).
-		p.ticket, p.queued = 0, false
+		// The client holds a permit now: it leaves the line, which
+		// orders the clients that hold none (holdsPermit), and its next
+		// waiter waits for its holders' handoffs, trying free slots by
+		// plain attempts. (Before, the next waiter kept the place with
+		// a new ticket: clients holding permits stayed in line, and each
+		// one's handoff to its own next call yielded the slot to
+		// another's, a cross-client release per section.)
+		if p.tried {
+			s.leave(p, l)
+		}
+		p = nil
 	}
 	passed := false
 	if sw.w != nil {

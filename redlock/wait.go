@@ -28,6 +28,7 @@ type local struct {
 	queues map[string]*turnstile // per key (or a semaphore's queue, Lock.queue): the calls waiting for it
 	hot    map[string]time.Time  // when a Lock call on the key last had to wait (see hotFor)
 	freed  map[string]string     // per semaphore (Semaphore.local): the slot this client released last, not tried since (Semaphore.first)
+	held   map[string][]*Lock    // per semaphore (Semaphore.local): the permits its Acquire and TryAcquire calls returned, until found unlocked or run out (holdsPermit)
 }
 
 // turnstile is the local FIFO queue of one key: the goroutines of one
