@@ -186,6 +186,7 @@ var (
 	_ node.Watcher   = (*redisNode)(nil)
 	_ node.Handoffer = (*redisNode)(nil)
 	_ node.Sharer    = (*redisNode)(nil)
+	_ node.Announcer = (*redisNode)(nil)
 )
 
 // scripts are node.LuaScripts as go-redis scripts (same source, same
@@ -193,6 +194,7 @@ var (
 var scripts = func() (out struct {
 	acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script
 	acquireShared, extendShared, releaseShared                                      *redis.Script
+	announce, inspectAnnounce                                                       *redis.Script
 }) {
 	s := node.LuaScripts()
 	out.acquire, out.extend, out.release = redis.NewScript(s.Acquire.Src), redis.NewScript(s.Extend.Src), redis.NewScript(s.Release.Src)
@@ -200,6 +202,7 @@ var scripts = func() (out struct {
 	out.transfer, out.leave = redis.NewScript(s.Transfer.Src), redis.NewScript(s.Leave.Src)
 	out.acquireShared, out.extendShared = redis.NewScript(s.AcquireShared.Src), redis.NewScript(s.ExtendShared.Src)
 	out.releaseShared = redis.NewScript(s.ReleaseShared.Src)
+	out.announce, out.inspectAnnounce = redis.NewScript(s.Announce.Src), redis.NewScript(s.InspectAnnounce.Src)
 	return out
 }()
 
@@ -348,6 +351,34 @@ func (n *redisNode) Inspect(ctx context.Context, key string) (node.Info, error) 
 	return info, n.fail("inspect", err)
 }
 
+// Announce runs announce.lua (see node.Announcer).
+func (n *redisNode) Announce(ctx context.Context, k *node.Key, text string, ttl time.Duration) (node.Result, error) {
+	if text == "" {
+		return node.Result{}, n.fail("announce", errEmptyText)
+	}
+	return n.status(ctx, "announce", scripts.announce, []string{k.Name, node.AnnounceKey(k.Name)},
+		k.Token, text, max(ttl.Milliseconds(), 1))
+}
+
+// errEmptyText refuses an empty announcement: announce.lua reads "" as a
+// withdrawal.
+var errEmptyText = errors.New("empty announcement")
+
+// Withdraw runs announce.lua without a text (see node.Announcer).
+func (n *redisNode) Withdraw(ctx context.Context, k *node.Key) (node.Result, error) {
+	return n.status(ctx, "withdraw", scripts.announce, []string{k.Name, node.AnnounceKey(k.Name)}, k.Token, "")
+}
+
+// InspectAnnounce runs inspect_announce.lua (see node.Announcer).
+func (n *redisNode) InspectAnnounce(ctx context.Context, key string) (node.Announced, error) {
+	reply, err := n.run(ctx, "inspect", scripts.inspectAnnounce, []string{key, node.AnnounceKey(key)})
+	if err != nil {
+		return node.Announced{}, err
+	}
+	a, err := node.ParseAnnounced(reply)
+	return a, n.fail("inspect", err)
+}
+
 // status runs a script whose reply is 1, 0 or -1 (node.ParseStatus).
 func (n *redisNode) status(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (node.Result, error) {
 	reply, err := n.run(ctx, op, s, keys, args...)
@@ -487,7 +518,8 @@ var maxScript = func() int {
 	s := node.LuaScripts()
 	return max(len(s.Acquire.Src), len(s.Extend.Src), len(s.Release.Src), len(s.Inspect.Src),
 		len(s.AcquireFenced.Src), len(s.ConfirmFence.Src), len(s.Transfer.Src), len(s.Leave.Src),
-		len(s.AcquireShared.Src), len(s.ExtendShared.Src), len(s.ReleaseShared.Src))
+		len(s.AcquireShared.Src), len(s.ExtendShared.Src), len(s.ReleaseShared.Src),
+		len(s.Announce.Src), len(s.InspectAnnounce.Src))
 }()
 
 // result is cmd's reply, a nil reply (redis.Nil) included.

@@ -66,6 +66,38 @@ type Inspector interface {
 	Inspect(ctx context.Context, key string) (Info, error)
 }
 
+// AnnounceKey is the key beside lock key where the key's holder keeps
+// what it announced (see Announcer): key + ":leader". Its
+// ReleaseChannel announces every change, with an empty message.
+func AnnounceKey(key string) string { return key + ":leader" }
+
+// Announced is what a node holds of a lock key and of what its holder
+// announced (Announcer.InspectAnnounce).
+type Announced struct {
+	Token string        // the lock key's token; "" when the key is absent
+	TTL   time.Duration // the key's remaining TTL; 0 when absent, negative without expiry
+	Text  string        // what the holder of Token announced; "" when nothing of Token's is there
+}
+
+// Announcer is a Node that keeps, beside a lock key, what the key's
+// holder announced: the leader's value and term of package redlock's
+// Election. It is optional; an election needs a majority of nodes that
+// offer it.
+type Announcer interface {
+	// Announce keeps text in AnnounceKey(k.Name) for ttl where the key
+	// holds k.Token: Done. Taken where it holds another token, Absent
+	// where none: nothing changed. A record is read only beside its
+	// own token (InspectAnnounce), so one that a holder announced late,
+	// after it lost the key, never passes for the next holder's.
+	Announce(ctx context.Context, k *Key, text string, ttl time.Duration) (Result, error)
+	// Withdraw removes k.Token's record, whatever the key holds: Done;
+	// Taken where no record of k.Token is there.
+	Withdraw(ctx context.Context, k *Key) (Result, error)
+	// InspectAnnounce reads the key's token and TTL and its holder's
+	// record in one atomic step, within ctx's deadline.
+	InspectAnnounce(ctx context.Context, key string) (Announced, error)
+}
+
 // WaitersKey is the key under which a node keeps the queue of clients
 // waiting for lock key: key + ":waiters", a hash of Key.Owner tags with
 // their tickets and lease ends (node/scripts/queue.lua). It lives beside

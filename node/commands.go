@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -294,4 +295,41 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	}
 	info, err := ParseInspect(reply)
 	return info, r.fail("inspect", err)
+}
+
+// Announce runs announce.lua (see Announcer).
+func (r *Redis) Announce(ctx context.Context, k *Key, text string, ttl time.Duration) (Result, error) {
+	if text == "" {
+		return Result{}, r.fail("announce", errEmptyText)
+	}
+	reply, err := r.evalKeys(ctx, "announce", announceScript, 2, k.Name, AnnounceKey(k.Name), k.Token, text, max(ttl.Milliseconds(), 1))
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("announce", err)
+}
+
+// errEmptyText refuses an empty announcement: announce.lua reads "" as a
+// withdrawal.
+var errEmptyText = errors.New("empty announcement")
+
+// Withdraw runs announce.lua without a text (see Announcer).
+func (r *Redis) Withdraw(ctx context.Context, k *Key) (Result, error) {
+	reply, err := r.evalKeys(ctx, "withdraw", announceScript, 2, k.Name, AnnounceKey(k.Name), k.Token, "")
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("withdraw", err)
+}
+
+// InspectAnnounce runs inspect_announce.lua (see Announcer).
+func (r *Redis) InspectAnnounce(ctx context.Context, key string) (Announced, error) {
+	reply, err := r.evalKeys(ctx, "inspect", inspectAnnounceScript, 2, key, AnnounceKey(key))
+	if err != nil {
+		return Announced{}, err
+	}
+	a, err := ParseAnnounced(reply)
+	return a, r.fail("inspect", err)
 }

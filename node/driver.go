@@ -73,6 +73,13 @@ type Scripts struct {
 	// ReadersKey(key); ARGV token, "1" to hand on and announce or "0",
 	// tombstone ms (optional, see Key.Tomb). Reply: ParseStatus.
 	ReleaseShared Script
+	// Announce (announce.lua): KEYS key, AnnounceKey(key); ARGV token,
+	// text ("": withdraw), ttl ms (not with a withdrawal). Reply:
+	// ParseStatus.
+	Announce Script
+	// InspectAnnounce (inspect_announce.lua): KEYS key, AnnounceKey(key).
+	// Reply: ParseAnnounced.
+	InspectAnnounce Script
 }
 
 // LuaScripts returns the scripts a lock node runs. Run them by EVALSHA
@@ -92,6 +99,9 @@ var luaScripts = Scripts{
 	AcquireShared: newLua(acquireSharedLua, 3, queueLua, sharedLua),
 	ExtendShared:  newLua(extendSharedLua, 2, queueLua, sharedLua),
 	ReleaseShared: newLua(releaseSharedLua, 3, queueLua, sharedLua),
+
+	Announce:        newLua(announceLua, 2),
+	InspectAnnounce: newLua(inspectAnnounceLua, 2),
 }
 
 // libraryLine is where a script wants its libraries (queue.lua,
@@ -205,6 +215,22 @@ func ParseInspect(reply any) (Info, error) {
 		return Info{}, unexpected(reply)
 	}
 	return Info{Token: asString(v[0]), TTL: time.Duration(pttl) * time.Millisecond, Readers: int(readers)}, nil
+}
+
+// ParseAnnounced reads the reply of InspectAnnounce.
+func ParseAnnounced(reply any) (Announced, error) {
+	v, ok := reply.([]any)
+	if !ok || len(v) != 3 {
+		return Announced{}, unexpected(reply)
+	}
+	pttl, ok := asInt(v[1])
+	if !ok {
+		return Announced{}, unexpected(reply)
+	}
+	if pttl == -2 {
+		return Announced{}, nil
+	}
+	return Announced{Token: asString(v[0]), TTL: time.Duration(pttl) * time.Millisecond, Text: asString(v[2])}, nil
 }
 
 // holderTTL converts a PTTL reply to Result.TTL: 0 when unknown (no

@@ -116,6 +116,10 @@ var (
 	extendSharedLua string
 	//go:embed scripts/release_shared.lua
 	releaseSharedLua string
+	//go:embed scripts/announce.lua
+	announceLua string
+	//go:embed scripts/inspect_announce.lua
+	inspectAnnounceLua string
 
 	acquireScript = boxed(luaScripts.Acquire)
 	extendScript  = boxed(luaScripts.Extend)
@@ -130,6 +134,9 @@ var (
 	acquireSharedScript = boxed(luaScripts.AcquireShared)
 	extendSharedScript  = boxed(luaScripts.ExtendShared)
 	releaseSharedScript = boxed(luaScripts.ReleaseShared)
+
+	announceScript        = boxed(luaScripts.Announce)
+	inspectAnnounceScript = boxed(luaScripts.InspectAnnounce)
 
 	waiterLeaseMS = WaiterLease.Milliseconds()
 )
@@ -194,6 +201,7 @@ var (
 	_ Watcher   = (*Redis)(nil)
 	_ Handoffer = (*Redis)(nil)
 	_ Sharer    = (*Redis)(nil)
+	_ Announcer = (*Redis)(nil)
 	_ io.Closer = (*Redis)(nil)
 
 	_ LateAnswerer = (*Redis)(nil)

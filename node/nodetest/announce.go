@@ -1,0 +1,71 @@
+package nodetest
+
+// node.Announcer: what a lock's holder keeps beside its key (an
+// election's leader), read only beside its own token.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/node"
+)
+
+func testAnnounce(t *testing.T, f Factory) {
+	e := start(t, f)
+	an, ok := e.n.(node.Announcer)
+	if !ok {
+		t.Skip("the node is not a node.Announcer")
+	}
+	k := node.Key{Name: "lk:elect", Token: "tok-1"}
+	rk := node.AnnounceKey(k.Name)
+	read := func() node.Announced {
+		t.Helper()
+		a, err := an.InspectAnnounce(e.ctx, k.Name)
+		require.NoError(t, err)
+		return a
+	}
+	assert.Equal(t, node.Announced{}, read(), "nothing there")
+	e.resultOf(an.Announce(e.ctx, &k, "1\nv", time.Minute))(node.Absent, "announce without the key")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "an announce without the key leaves nothing")
+
+	e.resultOf(e.n.Acquire(e.ctx, &k, time.Minute, false))(node.Done, "acquire")
+	a := read()
+	assert.Equal(t, "tok-1", a.Token)
+	assert.Empty(t, a.Text, "held, nothing announced")
+	assert.InDelta(t, time.Minute, a.TTL, float64(5*time.Second))
+
+	e.resultOf(an.Announce(e.ctx, &k, "1\nfirst", time.Minute))(node.Done, "announce")
+	assert.Equal(t, "1\nfirst", read().Text)
+	assert.InDelta(t, time.Minute, e.pttl(rk), float64(5*time.Second), "the record lives its TTL")
+	e.resultOf(an.Announce(e.ctx, &k, "1\nsecond\nline", time.Minute))(node.Done, "announce again")
+	assert.Equal(t, "1\nsecond\nline", read().Text, "the last announcement, newlines and all")
+
+	other := node.Key{Name: k.Name, Token: "tok-2"}
+	e.resultOf(an.Announce(e.ctx, &other, "2\nimpostor", time.Minute))(node.Taken, "announce with another token")
+	assert.Equal(t, "1\nsecond\nline", read().Text, "unchanged")
+	e.resultOf(an.Withdraw(e.ctx, &other))(node.Taken, "withdraw another token's record")
+	assert.Equal(t, "1\nsecond\nline", read().Text, "unchanged")
+
+	// Released: the record stays until withdrawn or expired, but is
+	// never read beside another holder's token.
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release")
+	assert.Equal(t, node.Announced{}, read(), "no key, no leader")
+	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, false))(node.Done, "the next holder")
+	a = read()
+	assert.Equal(t, "tok-2", a.Token)
+	assert.Empty(t, a.Text, "the previous holder's record is not the next one's")
+	e.resultOf(an.Announce(e.ctx, &k, "1\nlate", time.Minute))(node.Taken, "a late announce of the previous holder")
+	e.resultOf(an.Withdraw(e.ctx, &k))(node.Done, "the previous holder's withdrawal")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk))
+	e.resultOf(an.Announce(e.ctx, &other, "2\nnext", time.Minute))(node.Done, "the next holder announces")
+	e.resultOf(an.Withdraw(e.ctx, &k))(node.Taken, "a late withdrawal of the previous holder")
+	assert.Equal(t, "2\nnext", read().Text, "leaves the next holder's record")
+
+	_, err := an.Announce(e.ctx, &other, "", time.Minute)
+	assert.Error(t, err, "an empty announcement is refused (it would be a withdrawal)")
+	e.resultOf(an.Withdraw(e.ctx, &other))(node.Done, "withdraw")
+	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "release")
+}
