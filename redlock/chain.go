@@ -82,7 +82,7 @@ type step struct {
 
 // command is what a round does on every node.
 type command struct {
-	op       string        // "acquire", "confirm", "extend", "reseed", "transfer" or "release", for errors and hooks
+	op       string        // "acquire", "confirm", "extend", "reseed", "transfer", "release", "announce" or "withdraw", for errors and hooks
 	ttl      time.Duration // acquire, extend: the keys' TTL
 	fence    int64         // confirm: the fence to raise the counters to
 	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
@@ -92,6 +92,7 @@ type command struct {
 	from     *Lock         // transfer: the lock handed over, and
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
+	text     string        // announce: the record kept beside the key (node.Announcer)
 	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
 	behind   []*outcome    // acquire: the call's failed attempts whose rollback it follows where they set the key (see outcome.rollingOn)
 }

@@ -103,6 +103,10 @@ type lifecycle struct {
 	// closeOnce runs Close's work once; closeErr is its result.
 	closeOnce sync.Once
 	closeErr  error
+	// leading has the leaderships Close resigns (election.go); resigning:
+	// Close has taken them, and no campaign adds one.
+	leading   map[*Leadership]struct{}
+	resigning bool
 }
 
 // finishers is per node the queue of releases that failed for a reason
@@ -242,6 +246,7 @@ func (c *Client) Quorum() int { return c.quorum }
 // closed, with the first call's result.
 func (c *Client) Close() error {
 	c.life.closeOnce.Do(func() {
+		c.resignAll()
 		c.life.mu.Lock()
 		c.life.closed = true
 		c.life.mu.Unlock()

@@ -85,6 +85,10 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 			rk.Grant = ""
 		}
 		return n.Release(ctx, &rk, false)
+	case "announce":
+		return n.(node.Announcer).Announce(ctx, k, cmd.text, cmd.ttl)
+	case "withdraw":
+		return n.(node.Announcer).Withdraw(ctx, k)
 	}
 	return n.(node.Handoffer).Transfer(ctx, &cmd.from.k, k, cmd.ttl) // "transfer"
 }

@@ -146,3 +146,43 @@ func ExampleLock_Fence() {
 		log.Print("refused: a later holder of the lock has written")
 	}
 }
+
+// ExampleElection keeps one instance of a scheduler active: each
+// instance campaigns, works while it leads, and stamps what it writes
+// with its term, which storage should check against the largest it has
+// seen. Resign (or the client's Close) hands over at once.
+func ExampleElection() {
+	client, err := redlock.Dial([]string{
+		"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+		"redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+	}, redlock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	election, err := client.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx := context.Background()
+	lead, err := election.Campaign(ctx, "host-a:8080") // waits its turn
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lead.Resign(context.Background())
+	fmt.Println("leading, term", lead.Term())
+
+	// Work until the term ends: lead.Context() is cancelled as soon as
+	// the leadership can no longer be proven held.
+	select {
+	case <-lead.Context().Done():
+		log.Printf("term %d ended: %v", lead.Term(), lead.Err())
+	case <-time.After(time.Minute):
+	}
+
+	// Anyone can ask who leads, or follow every change.
+	if who, err := election.Leader(ctx); err == nil {
+		fmt.Println("leader:", who.Value, "term", who.Term)
+	}
+}
