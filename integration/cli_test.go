@@ -304,3 +304,98 @@ func TestCLIRunPermits(t *testing.T) {
 	assert.Equal(t, 0, exitCode(t, err), "%s", out)
 	assert.Contains(t, string(out), "2 of 2 permits free")
 }
+
+// TestCLILeader: "redlock leader NAME" prints "none" and exits 1 while
+// nobody leads, then the leader's value and term; --watch prints a line
+// per change until interrupted.
+func TestCLILeader(t *testing.T) {
+	p := fencePrefix(t, 5*time.Second)
+	ctx := context.Background()
+	out, err := redlockCmd(t, "leader", p+"e").Output()
+	assert.Equal(t, 1, exitCode(t, err), "%s", out)
+	assert.Equal(t, "none\n", string(out))
+
+	var watched syncBuffer
+	watch := redlockCmd(t, "leader", "--watch", p+"e")
+	watch.Stdout = &watched
+	require.NoError(t, watch.Start())
+	waitOutput := func(want string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Contains(watched.String(), want) },
+			20*time.Second, 10*time.Millisecond, "--watch printed %q, not %q", watched.String(), want)
+	}
+	waitOutput("none\n")
+
+	e, err := client(t).Election(p + "e")
+	require.NoError(t, err)
+	ld, err := e.Campaign(ctx, "host-a")
+	require.NoError(t, err)
+	line := "host-a\tterm " + strconv.FormatInt(ld.Term(), 10) + "\n"
+	out, err = redlockCmd(t, "leader", p+"e").Output()
+	assert.NoError(t, err)
+	assert.Equal(t, line, string(out))
+	waitOutput(line)
+
+	require.NoError(t, ld.Resign(ctx))
+	waitOutput(line + "none\n")
+	require.NoError(t, watch.Process.Signal(syscall.SIGTERM))
+	assert.NoError(t, watch.Wait(), "--watch exits 0 when interrupted")
+}
+
+// syncBuffer is a bytes.Buffer safe for a child's output and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCLIRunElect: two "redlock run --elect" processes, each running its
+// command twice (--again until the log shows two runs of its own, then
+// interrupted): the commands never overlap, each gets the term it leads
+// in, and the terms grow in the order the commands ran.
+func TestCLIRunElect(t *testing.T) {
+	p := fencePrefix(t, 5*time.Second)
+	log := filepath.Join(t.TempDir(), "log")
+	script := `echo "enter $1 $REDLOCK_TERM $REDLOCK_LEADER" >> "$LOG"; sleep 0.2; echo "exit $1" >> "$LOG"`
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := string(rune('a' + w))
+			for range 2 {
+				cmd := redlockCmd(t, "run", "--elect", "--ttl", "2s", "--value", "cand-"+who, p+"e", "--", "sh", "-c", script, "sh", who)
+				cmd.Env = append(cmd.Env, "LOG="+log)
+				out, err := cmd.CombinedOutput()
+				assert.NoError(t, err, "%s", out)
+			}
+		}()
+	}
+	wg.Wait()
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 8)
+	var last int64
+	for i := 0; i < len(lines); i += 2 {
+		in, out := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		require.Len(t, in, 4, "%v", lines)
+		require.Equal(t, []string{"exit", in[1]}, out, "two leaders' commands overlapped: %v", lines)
+		term, err := strconv.ParseInt(in[2], 10, 64)
+		require.NoError(t, err, "REDLOCK_TERM: %v", lines)
+		assert.Greater(t, term, last, "terms grow: %v", lines)
+		assert.Equal(t, "cand-"+in[1], in[3], "REDLOCK_LEADER")
+		last = term
+	}
+}

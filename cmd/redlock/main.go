@@ -2,10 +2,11 @@
 //
 //	redlock run [flags] KEY -- COMMAND [ARGS...]
 //	redlock status [flags] KEY
+//	redlock leader [flags] NAME
 //
 // run holds a Redlock lock while a command runs, for cron jobs and other
 // shell work that must run once at a time across hosts; status shows who
-// holds a lock on each node. "redlock <command> -h" lists the flags, the
+// holds a lock on each node; leader shows who leads an election. "redlock <command> -h" lists the flags, the
 // environment and the exit codes.
 //
 // It links only the library (redlock, node, clock). The
@@ -44,6 +45,7 @@ func commands() []command {
 	return []command{
 		{"run", "take a lock, run a command while keeping it alive, release it", runMain},
 		{"status", "show who holds a lock on each node", statusMain},
+		{"leader", "show who leads an election (--watch: every change)", leaderMain},
 	}
 }
 

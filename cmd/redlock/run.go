@@ -17,7 +17,14 @@ import (
 	"github.com/quorumlock/redlock/redlock"
 )
 
-const runTrailer = `The command runs as a child in its own process group, with the lock held
+const runTrailer = `With --elect, KEY names an election (redlock.Election): redlock campaigns,
+waiting its turn behind the candidates that started before it, runs the
+command while it leads, with REDLOCK_TERM (the term, a fencing number
+larger than every earlier term's) and REDLOCK_LEADER (its --value) in its
+environment, and resigns when it exits, so the next candidate leads at
+once; --again campaigns again each time, until interrupted.
+
+The command runs as a child in its own process group, with the lock held
 and kept alive. With --shared the hold is a read hold: any number of them at
 once, none with an exclusive one (like flock -s). With --permits N it is one
 of N permits of the semaphore KEY, a slot whose key is KEY:permit:I. It gets REDLOCK_KEY, REDLOCK_TOKEN and REDLOCK_UNTIL (the end
@@ -71,6 +78,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&shared, "shared", false, "take a shared (read) hold: other --shared holds may run at once, no exclusive one")
 	fs.IntVar(&permits, "permits", 0, "take one of `N` permits of the semaphore KEY: at most N holders at once")
 	fs.DurationVar(&grace, "grace", 0, "time the command gets between SIGTERM and SIGKILL when the lock is lost (default TTL/3)")
+	elect := fs.Bool("elect", false, "KEY names an election: campaign, and run the command while leading (REDLOCK_TERM)")
+	again := fs.Bool("again", false, "with --elect: campaign again each time the command exits")
+	value := fs.String("value", "", "with --elect: the value the leader announces (default host:pid)")
 	fs.Usage = usageFunc(fs, "redlock run [flags] KEY -- COMMAND [ARGS...]",
 		"Takes the lock KEY on a majority of the nodes, runs COMMAND while keeping\nthe lock alive, releases it when COMMAND exits and exits with its status.", runTrailer)
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +116,10 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		bad = "--shared and --permits do not go together"
 	case shared && fence:
 		bad = "--fence orders exclusive holds; it does not go with --shared"
+	case *elect && (shared || permits > 0):
+		bad = "--elect takes one leader; it does not go with --shared or --permits"
+	case !*elect && (*again || *value != ""):
+		bad = "--again and --value go with --elect"
 	}
 	if bad != "" {
 		fmt.Fprintln(stderr, "redlock run:", bad)
@@ -123,6 +137,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 
+	if *elect {
+		return runElected(ctx, c, electSpec{name: key, value: *value, again: *again, wait: wait, noWait: noWait}, argv, grace, conflict, stdout, stderr)
+	}
 	l, code := takeLock(ctx, c, lockSpec{key: key, shared: shared, permits: permits}, wait, noWait, fence, grace, stderr)
 	if l == nil {
 		if code == exitHeld {
@@ -130,7 +147,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	return runLocked(l, argv, grace, stdout, stderr)
+	return runHeld(lockHeld(l), argv, grace, stdout, stderr)
 }
 
 // flagErr maps a flag parse error to an exit code (-h is not an error).
@@ -230,25 +247,48 @@ func takeLock(ctx context.Context, c *redlock.Client, spec lockSpec, wait time.D
 	return nil, exitUnavailable
 }
 
-// runLocked runs argv as a child while keeping l alive, and releases l
-// after the child exited. It returns redlock's exit code.
-func runLocked(l *redlock.Lock, argv []string, grace time.Duration, stdout, stderr io.Writer) int {
+// held is what a command runs under: a lock, or a leadership.
+type held struct {
+	what    string             // for messages: "unlock \"KEY\"", "resign \"NAME\""
+	env     []string           // the command's extra environment
+	job     context.Context    // ends, with a cause wrapping ErrLost, when the hold can no longer be proven
+	stop    context.CancelFunc // stops what keeps the hold alive
+	until   func() time.Time   // the end of the validity (zero: unknown)
+	release func() error
+}
+
+// lockHeld is l, kept alive while the command runs.
+func lockHeld(l *redlock.Lock) held {
+	env := []string{
+		"REDLOCK_KEY=" + l.Key(),
+		"REDLOCK_TOKEN=" + l.Token(),
+		"REDLOCK_UNTIL=" + time.Now().Add(l.TTL()).UTC().Format(time.RFC3339Nano),
+	}
+	if f := l.Fence(); f != 0 {
+		env = append(env, "REDLOCK_FENCE="+strconv.FormatInt(f, 10))
+	}
+	job, stop := l.KeepAlive(context.Background())
+	return held{
+		what: fmt.Sprintf("unlock %q", l.Key()), env: env, job: job, stop: stop, until: l.Until,
+		// On a fresh context: a signal may have ended the caller's.
+		release: func() error { return l.Unlock(context.Background()) },
+	}
+}
+
+// runHeld runs argv as a child while h lasts, and releases h after the
+// child exited. It returns redlock's exit code.
+func runHeld(h held, argv []string, grace time.Duration, stdout, stderr io.Writer) int {
 	defer func() {
-		// The child has exited: release on a fresh context (a signal may
-		// have ended the caller's).
-		if err := l.Unlock(context.Background()); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
-			fmt.Fprintf(stderr, "redlock run: unlock %q: %v (the keys expire by their TTL)\n", l.Key(), err)
+		// The child has exited: release (also after a loss, which
+		// finds nothing).
+		h.stop()
+		if err := h.release(); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+			fmt.Fprintf(stderr, "redlock run: %s: %v (the keys expire by their TTL)\n", h.what, err)
 		}
 	}()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(),
-		"REDLOCK_KEY="+l.Key(),
-		"REDLOCK_TOKEN="+l.Token(),
-		"REDLOCK_UNTIL="+time.Now().Add(l.TTL()).UTC().Format(time.RFC3339Nano))
-	if f := l.Fence(); f != 0 {
-		cmd.Env = append(cmd.Env, "REDLOCK_FENCE="+strconv.FormatInt(f, 10))
-	}
+	cmd.Env = append(os.Environ(), h.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Forwarding starts before the child does, so no signal falls between.
 	sigs := make(chan os.Signal, 8)
@@ -265,9 +305,7 @@ func runLocked(l *redlock.Lock, argv []string, grace time.Duration, stdout, stde
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	job, stopKeep := l.KeepAlive(context.Background())
-	defer stopKeep()
-	jobDone := job.Done()
+	jobDone := h.job.Done()
 	var (
 		lost error
 		kill <-chan time.Time
@@ -278,11 +316,15 @@ func runLocked(l *redlock.Lock, argv []string, grace time.Duration, stdout, stde
 			_ = syscall.Kill(group, s.(syscall.Signal))
 		case <-jobDone:
 			jobDone = nil
-			lost = context.Cause(job)
+			lost = context.Cause(h.job)
 			fmt.Fprintf(stderr, "redlock run: %v; sending SIGTERM to the command\n", lost)
 			_ = syscall.Kill(group, syscall.SIGTERM)
 			// SIGKILL after the grace, and at Until at the latest.
-			kill = time.After(min(grace, max(0, time.Until(l.Until()))))
+			wait := grace
+			if u := h.until(); !u.IsZero() {
+				wait = min(grace, max(0, time.Until(u)))
+			}
+			kill = time.After(wait)
 		case <-kill:
 			kill = nil
 			fmt.Fprintf(stderr, "redlock run: the command outlived its grace; sending SIGKILL\n")
@@ -307,4 +349,90 @@ func exitStatus(cmd *exec.Cmd, err error, stderr io.Writer) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// electSpec is what run --elect campaigns for.
+type electSpec struct {
+	name   string
+	value  string
+	again  bool
+	wait   time.Duration
+	noWait bool
+}
+
+// runElected campaigns in the election s.name and runs argv while
+// leading; with s.again it campaigns again each time argv exits, until
+// ctx ends (a signal while waiting).
+func runElected(ctx context.Context, c *redlock.Client, s electSpec, argv []string, grace time.Duration, conflict int, stdout, stderr io.Writer) int {
+	e, err := c.Election(s.name, redlock.WithLostMargin(grace),
+		redlock.WithRetry(redlock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)))
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+		return exitUsage
+	}
+	if s.value == "" {
+		host, _ := os.Hostname()
+		s.value = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	for {
+		ld, code := campaign(ctx, e, s, stderr)
+		if ld == nil {
+			if code == exitHeld {
+				code = conflict
+			}
+			return code
+		}
+		code = runHeld(leadershipHeld(ld, s.value), argv, grace, stdout, stderr)
+		if !s.again || ctx.Err() != nil {
+			return code
+		}
+	}
+}
+
+// campaign waits for the leadership as the flags say. On failure it
+// reports why on stderr and returns the exit code.
+func campaign(ctx context.Context, e *redlock.Election, s electSpec, stderr io.Writer) (*redlock.Leadership, int) {
+	var (
+		ld  *redlock.Leadership
+		err error
+	)
+	if s.noWait {
+		ld, err = e.TryCampaign(ctx, s.value)
+	} else {
+		cctx := ctx
+		if s.wait > 0 {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, s.wait)
+			defer cancel()
+		}
+		ld, err = e.Campaign(cctx, s.value)
+	}
+	var qe *redlock.QuorumError
+	switch {
+	case err == nil:
+		return ld, exitOK
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "redlock run: interrupted while campaigning in %q\n", s.name)
+		return nil, exitInterrupted
+	case errors.As(err, &qe) && qe.Count(node.Taken) > 0:
+		fmt.Fprintf(stderr, "redlock run: another candidate leads %q\n", s.name)
+		return nil, exitHeld
+	}
+	fmt.Fprintf(stderr, "redlock run: %v\n", err)
+	return nil, exitUnavailable
+}
+
+// leadershipHeld is ld as run holds it: resigned when the command exits.
+func leadershipHeld(ld *redlock.Leadership, value string) held {
+	return held{
+		what: "resign",
+		env: []string{
+			"REDLOCK_TERM=" + strconv.FormatInt(ld.Term(), 10),
+			"REDLOCK_LEADER=" + value,
+		},
+		job:     ld.Context(),
+		stop:    func() {},
+		until:   func() time.Time { return time.Time{} },
+		release: func() error { return ld.Resign(context.Background()) },
+	}
 }
