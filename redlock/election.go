@@ -149,10 +149,11 @@ type Leadership struct {
 	done   chan struct{}           // closed when renew has returned
 	resign sync.Once
 
-	// mu serialises announcements: Proclaim and renew read value and
-	// send it under it, so that an older value never lands after a newer.
-	mu    sync.Mutex
-	value string
+	// announcing serialises announcements: Proclaim and renew send under
+	// it, so that an older value never lands after a newer one.
+	announcing sync.Mutex
+	mu         sync.Mutex // guards value, and is never held across I/O
+	value      string
 }
 
 // start keeps the leadership alive: the lock by KeepAlive, the
@@ -181,9 +182,9 @@ func (ld *Leadership) renew() {
 			return
 		case <-t.C():
 		}
-		ld.mu.Lock()
-		_ = ld.l.announce(ld.job, record(ld.term, ld.value))
-		ld.mu.Unlock()
+		ld.announcing.Lock()
+		_ = ld.l.announce(ld.job, record(ld.term, ld.Value()))
+		ld.announcing.Unlock()
 	}
 }
 
@@ -230,12 +231,14 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.Err(); err != nil {
 		return wrap(fmt.Sprintf("redlock: proclaim %q", ld.e.name), ErrNotHeld, err)
 	}
-	ld.mu.Lock()
-	defer ld.mu.Unlock()
+	ld.announcing.Lock()
+	defer ld.announcing.Unlock()
 	if err := ld.l.announce(ctx, record(ld.term, value)); err != nil {
 		return err
 	}
+	ld.mu.Lock()
 	ld.value = value
+	ld.mu.Unlock()
 	return nil
 }
 
