@@ -98,20 +98,18 @@ func (e *Election) campaign(ctx context.Context, value string, once bool) (*Lead
 		l   *Lock
 		err error
 	)
+	// The attempt that wins announces value with its confirm round
+	// (Client.confirm): a majority holds the record when it returns.
+	opts := append(slices.Clip(e.opts), func(c *config) { c.announce = &value })
 	if once {
-		l, err = e.c.TryLock(ctx, e.name, e.opts...)
+		l, err = e.c.TryLock(ctx, e.name, opts...)
 	} else {
-		l, err = e.c.Lock(ctx, e.name, e.opts...)
+		l, err = e.c.Lock(ctx, e.name, opts...)
 	}
 	if err != nil {
 		return nil, err
 	}
 	ld := &Leadership{e: e, l: l, term: l.Fence(), value: value, done: make(chan struct{})}
-	if err := l.announce(ctx, record(ld.term, value)); err != nil {
-		_ = l.Unlock(context.WithoutCancel(ctx))
-		_ = l.withdraw(context.WithoutCancel(ctx))
-		return nil, err
-	}
 	if !e.c.lead(ld) {
 		_ = l.Unlock(context.WithoutCancel(ctx))
 		return nil, ErrClosed

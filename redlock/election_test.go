@@ -1,11 +1,15 @@
 package redlock_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/redlock/clock"
+	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
 )
 
@@ -21,4 +25,70 @@ func TestElectionNeedsNodesThatKeepAnAnnouncement(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrInvalid)
 	assert.Contains(t, err.Error(), "node[0]")
 	assert.Equal(t, 3, holders(fakes, "e", ""), "the key is free everywhere")
+}
+
+// announcingNode is a fake that offers node.Announcer, as far as a
+// campaign's announcement goes: Done where the key holds the token.
+type announcingNode struct{ *fakeNode }
+
+func (n announcingNode) Announce(ctx context.Context, k *node.Key, text string, ttl time.Duration) (node.Result, error) {
+	if err := n.hook(ctx, "announce"); err != nil {
+		return node.Result{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.get(k.Name)
+	switch {
+	case !ok:
+		return node.Result{Status: node.Absent}, nil
+	case e.token != k.Token:
+		return node.Result{Status: node.Taken}, nil
+	}
+	return node.Result{Status: node.Done}, nil
+}
+
+func (n announcingNode) Withdraw(ctx context.Context, k *node.Key) (node.Result, error) {
+	return node.Result{Status: node.Done}, n.hook(ctx, "withdraw")
+}
+
+func (n announcingNode) InspectAnnounce(ctx context.Context, key string) (node.Announced, error) {
+	return node.Announced{}, n.hook(ctx, "inspect")
+}
+
+// TestCampaignAnnouncementAheadOfAStragglerKeepsItsRelease: a campaign
+// announces with its confirm round, without waiting for the confirm on
+// each node. On a node whose acquire had not returned yet (the confirm
+// waits for it there), the announcement runs first and finds no key;
+// the acquire then sets it. When the attempt fails (confirms refused on a
+// majority), its rollback must still release that node: the chain keeps
+// the confirm's answer there, not the announcement's "absent" (which
+// would let the release pass, and leave the key until its TTL).
+func TestCampaignAnnouncementAheadOfAStragglerKeepsItsRelease(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	fakes := newFakes(5, clk)
+	nodes := make([]node.Node, len(fakes))
+	for i, f := range fakes {
+		nodes[i] = announcingNode{f}
+	}
+	c, err := redlock.New(nodes, redlock.WithClock(clk), redlock.WithNodeTimeout(2*time.Second), redlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	e, err := c.Election("e")
+	require.NoError(t, err)
+
+	straggler := make(chan struct{})
+	fakes[4].setBefore(gate("acquire", straggler))
+	for _, f := range fakes[:3] {
+		f.setBefore(failOn("confirm"))
+	}
+	_, err = e.TryCampaign(context.Background(), "v")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.Eventually(t, func() bool { return fakes[4].count("announce") == 1 }, 5*time.Second, time.Millisecond,
+		"the announcement went to node 4 ahead of its confirm")
+	assert.Equal(t, 0, fakes[4].count("confirm"), "the confirm waits for the acquire")
+	close(straggler) // the acquire sets the key on node 4 now
+	require.Eventually(t, func() bool { return fakes[4].count("confirm") == 1 }, 5*time.Second, time.Millisecond,
+		"the straggler's acquire returned, and the confirm followed it")
+	require.Eventually(t, func() bool { return holders(fakes, "e", "") == 5 }, 5*time.Second, time.Millisecond,
+		"the rollback released node 4 after the straggler's acquire")
 }

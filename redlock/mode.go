@@ -15,6 +15,9 @@ type mode struct {
 	local  string // the client queue an Unlock hands the lock to: a semaphore's (Semaphore.local); "": the key's
 	queue  string // the nodes' queue its waiters wait in (node.Key.Queue): a semaphore's (Semaphore.queue); "": the key's
 	reader string // a waiting RLock call's tag on the nodes (Client.readerCall); "": not named yet
+	// announce is a campaign's value (election.go): its fenced attempt
+	// announces it with the confirm, beside the key; nil: not a campaign.
+	announce *string
 }
 
 // takesTurns reports whether a waiting call waits its turn among the
