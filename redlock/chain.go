@@ -80,23 +80,6 @@ type step struct {
 	wake chan struct{} // guarded by chain.mu: made by a command that waits for this one, closed at done
 }
 
-// command is what a round does on every node.
-type command struct {
-	op       string        // "acquire", "confirm", "extend", "reseed", "transfer", "release", "announce" or "withdraw", for errors and hooks
-	ttl      time.Duration // acquire, extend: the keys' TTL
-	fence    int64         // confirm: the fence to raise the counters to
-	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
-	announce bool          // release: tell waiters (Unlock, not a rollback)
-	wait     bool          // acquire: ask a Taken node for the holder's TTL
-	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
-	from     *Lock         // transfer: the lock handed over, and
-	fromTail []step        // its last command on each node, which the transfer follows
-	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
-	text     string        // announce: the record kept beside the key (node.Announcer)
-	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
-	behind   []*outcome    // acquire: the call's failed attempts whose rollback it follows where they set the key (see outcome.rollingOn)
-}
-
 // round is one command sent through a chain: the quorum round that counts
 // its replies, and what its calls share.
 type round struct {

@@ -2,15 +2,34 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/quorumlock/redlock/node"
 )
 
-// What a round sends to one node: the node command for the round's
-// operation (do, doRare), or none where an earlier answer stands for it
-// (passes).
+// What a round does (command), and what it sends to one node: the node
+// command for the round's operation (do, doRare), or none where an
+// earlier answer stands for it (passes); and the tombstone that a
+// release after a command that may run late leaves (tomb, runsLate).
+
+// command is what a round does on every node.
+type command struct {
+	op       string        // "acquire", "confirm", "extend", "reseed", "transfer", "release", "announce" or "withdraw", for errors and hooks
+	ttl      time.Duration // acquire, extend: the keys' TTL
+	fence    int64         // confirm: the fence to raise the counters to
+	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
+	announce bool          // release: tell waiters (Unlock, not a rollback)
+	wait     bool          // acquire: ask a Taken node for the holder's TTL
+	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
+	from     *Lock         // transfer: the lock handed over, and
+	fromTail []step        // its last command on each node, which the transfer follows
+	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
+	text     string        // announce: the record kept beside the key (node.Announcer)
+	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
+	behind   []*outcome    // acquire: the call's failed attempts whose rollback it follows where they set the key (see outcome.rollingOn)
+}
 
 // do sends the round's command to node i within ctx; prev is the lock's
 // previous command there, returned (nil for the first, and for a
@@ -146,3 +165,26 @@ func (r *round) passes(i int, prev *step) bool {
 const fenceCounterTTL = 24 * time.Hour
 
 func counterTTL(ttl time.Duration) time.Duration { return max(fenceCounterTTL, ttl) }
+
+// tomb is the node.Key.Tomb of a release on node i after a command that
+// may still run late there (runsLate), and whose key would have expired
+// by until (a chain's expires: the TTL and two node timeouts after the
+// command was sent). Such a release that finds no token of the lock is
+// watched until then (see watchRelease), each try renewing the
+// tombstone, so it lasts to the next try: the longest wait between
+// tries and a node timeout for the try itself, and no longer than
+// until. While the client lives, a late script finds one through the
+// whole window; once its watch ends (until, Close, the process gone),
+// the tombstone is gone within that much, and does not linger as a key
+// per rolled-back attempt for a TTL.
+func (c *Client) tomb(i int, until time.Time) time.Duration {
+	return max(min(until.Sub(c.clk.Now()), watchMax+c.nodeTimeout(i)), time.Millisecond)
+}
+
+// runsLate reports whether a node call that failed with err may still
+// run on the node: it timed out after it was sent. (A refused dial, an
+// error reply or a reset connection ended it; a command never sent, as
+// one that waited for a pooled connection, cannot run.)
+func runsLate(err error) bool {
+	return errors.Is(err, node.ErrTimeout) && !unsent(err) && !errors.Is(err, node.ErrPoolWait)
+}

@@ -75,9 +75,6 @@ func (c *Client) Election(name string, opts ...Option) (*Election, error) {
 	return &Election{c: c, name: name, key: c.cfg.prefix + name, opts: opts, ttl: cfg.ttl}, nil
 }
 
-// Name returns the election's name as given to Client.Election.
-func (e *Election) Name() string { return e.name }
-
 // Campaign waits until this candidate leads, in the order the
 // candidates started (the nodes' queue), then announces value and
 // returns the leadership, kept alive until Resign or its loss. When ctx

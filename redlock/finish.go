@@ -431,29 +431,6 @@ func (r *round) retryRelease(i int, err error) {
 	r.ch.c.finishLater(i, release{k: *r.ch.k, announce: r.cmd.announce, until: r.expires, ch: r.ch, after: after})
 }
 
-// tomb is the node.Key.Tomb of a release on node i after a command that
-// may still run late there (runsLate), and whose key would have expired
-// by until (a chain's expires: the TTL and two node timeouts after the
-// command was sent). Such a release that finds no token of the lock is
-// watched until then (see watchRelease), each try renewing the
-// tombstone, so it lasts to the next try: the longest wait between
-// tries and a node timeout for the try itself, and no longer than
-// until. While the client lives, a late script finds one through the
-// whole window; once its watch ends (until, Close, the process gone),
-// the tombstone is gone within that much, and does not linger as a key
-// per rolled-back attempt for a TTL.
-func (c *Client) tomb(i int, until time.Time) time.Duration {
-	return max(min(until.Sub(c.clk.Now()), watchMax+c.nodeTimeout(i)), time.Millisecond)
-}
-
-// runsLate reports whether a node call that failed with err may still
-// run on the node: it timed out after it was sent. (A refused dial, an
-// error reply or a reset connection ended it; a command never sent, as
-// one that waited for a pooled connection, cannot run.)
-func runsLate(err error) bool {
-	return errors.Is(err, node.ErrTimeout) && !unsent(err) && !errors.Is(err, node.ErrPoolWait)
-}
-
 // watchRelease watches node i's release after prev, the lock's previous
 // command there, where prev or a command before it timed out (step.late):
 // that command (a SET, say) may not have run yet, and would then set the

@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/quorumlock/redlock/node"
@@ -214,12 +213,4 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 		}
 		t.Stop()
 	}
-}
-
-// String formats a leader for logs: its value and term, or "none".
-func (l Leader) String() string {
-	if l == (Leader{}) {
-		return "none"
-	}
-	return fmt.Sprintf("%q (term %d)", l.Value, l.Term)
 }
