@@ -315,7 +315,7 @@ func TestCLILeader(t *testing.T) {
 	assert.Equal(t, 1, exitCode(t, err), "%s", out)
 	assert.Equal(t, "none\n", string(out))
 
-	var watched syncBuffer
+	var watched texts // safe for the child's output and a reader
 	watch := redlockCmd(t, "leader", "--watch", p+"e")
 	watch.Stdout = &watched
 	require.NoError(t, watch.Start())
@@ -340,24 +340,6 @@ func TestCLILeader(t *testing.T) {
 	waitOutput(line + "none\n")
 	require.NoError(t, watch.Process.Signal(syscall.SIGTERM))
 	assert.NoError(t, watch.Wait(), "--watch exits 0 when interrupted")
-}
-
-// syncBuffer is a bytes.Buffer safe for a child's output and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestCLIRunElect: two "redlock run --elect" processes, each running its

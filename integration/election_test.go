@@ -93,12 +93,7 @@ func TestElectionResignHandsOverAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	a, err := ea.Campaign(ctx, "a")
 	require.NoError(t, err)
-	got := make(chan *redlock.Leadership, 1)
-	go func() {
-		b, err := eb.Campaign(ctx, "b")
-		assert.NoError(t, err)
-		got <- b
-	}()
+	got := campaignLater(t, eb, "b")
 	waitQueued(t, p+"e") // b waits in line on every node
 	_, err = eb.TryCampaign(ctx, "c")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired, "a leads")
@@ -118,6 +113,18 @@ func TestElectionResignHandsOverAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, redlock.Leader{Value: "b", Term: b.Term()}, ldr)
 	require.NoError(t, b.Resign(ctx))
+}
+
+// campaignLater campaigns in e in a goroutine; the leadership comes on
+// the channel once it leads.
+func campaignLater(t *testing.T, e *redlock.Election, value string) <-chan *redlock.Leadership {
+	got := make(chan *redlock.Leadership, 1)
+	go func() {
+		l, err := e.Campaign(context.Background(), value)
+		assert.NoError(t, err, value)
+		got <- l
+	}()
+	return got
 }
 
 // waitQueued waits until key's queue has a waiter on every node.
@@ -273,12 +280,7 @@ func TestElectionLeaderThatStopsRenewingIsReplaced(t *testing.T) {
 
 	a, err := ea.Campaign(ctx, "a")
 	require.NoError(t, err)
-	got := make(chan *redlock.Leadership, 1)
-	go func() {
-		b, err := eb.Campaign(ctx, "b")
-		assert.NoError(t, err)
-		got <- b
-	}()
+	got := campaignLater(t, eb, "b")
 	waitQueued(t, p+"e")
 	cut.Store(true)
 	cutAt := time.Now()
@@ -325,12 +327,7 @@ func TestElectionBadInputAndLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
-	got := make(chan *redlock.Leadership, 1)
-	go func() {
-		l, err := other.Campaign(ctx, "next")
-		assert.NoError(t, err)
-		got <- l
-	}()
+	got := campaignLater(t, other, "next")
 	waitQueued(t, p+"e")
 	require.NoError(t, c.Close())
 	assert.ErrorIs(t, ld.Err(), redlock.ErrResigned, "Close resigned")

@@ -41,6 +41,13 @@ func (x *texts) Write(p []byte) (int, error) {
 	return x.buf.Write(p)
 }
 
+// String returns what was written so far.
+func (x *texts) String() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.buf.String()
+}
+
 func (x *texts) add(err error) {
 	if err != nil {
 		fmt.Fprintln(x, err.Error())

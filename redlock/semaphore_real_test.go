@@ -94,29 +94,7 @@ func TestRealAClientHoldingAPermitLeavesTheLine(t *testing.T) {
 	everywhere(t, admins, x0.Key(), x0.Token())
 	everywhere(t, admins, x1.Key(), x1.Token())
 
-	type got struct {
-		who string
-		l   *redlock.Lock
-	}
-	gotc := make(chan got, 3)
-	acquire := func(who string, s *redlock.Semaphore) {
-		go func() {
-			l, err := s.Acquire(ctx)
-			if assert.NoError(t, err, who) {
-				gotc <- got{who, l}
-			}
-		}()
-	}
-	recv := func() got {
-		t.Helper()
-		select {
-		case g := <-gotc:
-			return g
-		case <-time.After(10 * time.Second):
-			t.Fatal("no call got a permit")
-			return got{}
-		}
-	}
+	acquire, recv := permitCalls(t, ctx)
 	acquire("a1", a)
 	queued(1)
 	acquire("b1", b)
@@ -168,29 +146,7 @@ func TestRealAClientThatLostItsPermitQueuesAgain(t *testing.T) {
 	a, b, c := sem(), sem(), sem()
 	line := redlock.Line(a)
 	queued := func(n int64) { t.Helper(); waitInQueue(t, admins, line, n) }
-	type got struct {
-		who string
-		l   *redlock.Lock
-	}
-	gotc := make(chan got, 3)
-	acquire := func(who string, s *redlock.Semaphore) {
-		go func() {
-			l, err := s.Acquire(ctx)
-			if assert.NoError(t, err, who) {
-				gotc <- got{who, l}
-			}
-		}()
-	}
-	recv := func() got {
-		t.Helper()
-		select {
-		case g := <-gotc:
-			return g
-		case <-time.After(10 * time.Second):
-			t.Fatal("no call got a permit")
-			return got{}
-		}
-	}
+	acquire, recv := permitCalls(t, ctx)
 	a1, err := a.TryAcquire(ctx)
 	require.NoError(t, err)
 	acquire("a2", a)
@@ -210,4 +166,36 @@ func TestRealAClientThatLostItsPermitQueuesAgain(t *testing.T) {
 	require.NoError(t, second.l.Unlock(ctx))
 	require.NoError(t, recv().l.Unlock(ctx))
 	noKeys(t, admins)
+}
+
+// permitCall is an Acquire call that returned a permit: who made it.
+type permitCall struct {
+	who string
+	l   *redlock.Lock
+}
+
+// permitCalls returns acquire, which starts an Acquire call of s named
+// who in a goroutine, and recv, which returns the next call that got its
+// permit (failing the test after 10 s).
+func permitCalls(t *testing.T, ctx context.Context) (acquire func(who string, s *redlock.Semaphore), recv func() permitCall) {
+	calls := make(chan permitCall, 8)
+	acquire = func(who string, s *redlock.Semaphore) {
+		go func() {
+			l, err := s.Acquire(ctx)
+			if assert.NoError(t, err, who) {
+				calls <- permitCall{who, l}
+			}
+		}()
+	}
+	recv = func() permitCall {
+		t.Helper()
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("no call got a permit")
+			return permitCall{}
+		}
+	}
+	return acquire, recv
 }
