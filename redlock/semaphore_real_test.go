@@ -76,14 +76,7 @@ func TestRealAClientHoldingAPermitLeavesTheLine(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sem := func() *redlock.Semaphore {
-		c, err := redlock.Dial(urls, redlock.WithTTL(time.Minute))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		s, err := c.Semaphore("s", 2)
-		require.NoError(t, err)
-		return s
-	}
+	sem := semaphores(t, urls, 2)
 	x, a, b := sem(), sem(), sem()
 	line := redlock.Line(x)
 	queued := func(n int64) { t.Helper(); waitInQueue(t, admins, line, n) }
@@ -135,14 +128,7 @@ func TestRealAClientThatLostItsPermitQueuesAgain(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sem := func() *redlock.Semaphore {
-		c, err := redlock.Dial(urls, redlock.WithTTL(time.Minute))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		s, err := c.Semaphore("s", 1)
-		require.NoError(t, err)
-		return s
-	}
+	sem := semaphores(t, urls, 1)
 	a, b, c := sem(), sem(), sem()
 	line := redlock.Line(a)
 	queued := func(n int64) { t.Helper(); waitInQueue(t, admins, line, n) }
@@ -198,4 +184,17 @@ func permitCalls(t *testing.T, ctx context.Context) (acquire func(who string, s 
 		}
 	}
 	return acquire, recv
+}
+
+// semaphores returns a function that makes a client of its own on urls
+// (closed at cleanup) and returns its semaphore "s" of permits.
+func semaphores(t *testing.T, urls []string, permits int) func() *redlock.Semaphore {
+	return func() *redlock.Semaphore {
+		c, err := redlock.Dial(urls, redlock.WithTTL(time.Minute))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := c.Semaphore("s", permits)
+		require.NoError(t, err)
+		return s
+	}
 }
