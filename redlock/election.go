@@ -35,8 +35,9 @@ type Election struct {
 	c    *Client
 	name string   // as given, without the client's prefix
 	key  string   // the lock key, prefix included
-	opts []Option // the campaign lock's options, WithFencing last
-	ttl  time.Duration
+	opts    []Option // the campaign lock's options, WithFencing last
+	ttl     time.Duration
+	timeout time.Duration // the node timeout: a read's deadline
 }
 
 // Leader is who leads an election, as a majority of nodes says.
@@ -72,7 +73,7 @@ func (c *Client) Election(name string, opts ...Option) (*Election, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	return &Election{c: c, name: name, key: c.cfg.prefix + name, opts: opts, ttl: cfg.ttl}, nil
+	return &Election{c: c, name: name, key: c.cfg.prefix + name, opts: opts, ttl: cfg.ttl, timeout: cfg.timeout()}, nil
 }
 
 // Campaign waits until this candidate leads, in the order the

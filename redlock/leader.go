@@ -51,7 +51,7 @@ func (e *Election) read(ctx context.Context) (ldr Leader, left time.Duration, se
 		return Leader{}, 0, true, ErrClosed
 	}
 	defer c.life.bg.Done()
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.timeout())
+	rctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	r := &leaderRead{c: c, key: e.key, ctx: rctx, got: make([]node.Announced, len(c.nodes))}
 	r.Start(c.clk, len(c.nodes), r)
@@ -171,7 +171,7 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 		}
 	}()
 	// Subscribed first, then read: a change after the read wakes it.
-	ready := c.clk.NewTimer(c.cfg.timeout())
+	ready := c.clk.NewTimer(e.timeout)
 	for _, w := range watches {
 		select {
 		case <-w.Ready():
