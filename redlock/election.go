@@ -32,9 +32,9 @@ var (
 // Election is one named election among the clients of the same nodes.
 // Make one with Client.Election; it is safe for concurrent use.
 type Election struct {
-	c    *Client
-	name string   // as given, without the client's prefix
-	key  string   // the lock key, prefix included
+	c       *Client
+	name    string   // as given, without the client's prefix
+	key     string   // the lock key, prefix included
 	opts    []Option // the campaign lock's options, WithFencing last
 	ttl     time.Duration
 	timeout time.Duration // the node timeout: a read's deadline
