@@ -187,8 +187,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 	if cfg.maxWait > 0 {
 		sw.giveUp = start.Add(cfg.maxWait)
 	}
-	l, err := c.acquire(ctx, &cfg, target{s: &sw})
-	c.holding(s.local, l)
+	l, err := c.acquire(ctx, &cfg, target{s: &sw}) // (semWait.end records the permit: holding)
 	s.report(l, start, sw.rounds, err)
 	return l, err
 }
@@ -306,7 +305,7 @@ func (c *Client) holding(local string, l *Lock) {
 func (c *Client) holdsPermit(local string) bool {
 	c.lq.mu.Lock()
 	defer c.lq.mu.Unlock()
-	held := slices.DeleteFunc(c.lq.held[local], func(l *Lock) bool { return l.TTL() <= 0 })
+	held := stillHeld(c.lq.held[local])
 	if len(held) == 0 {
 		delete(c.lq.held, local)
 		return false
@@ -319,13 +318,18 @@ func (c *Client) holdsPermit(local string) bool {
 // semaphores left with none.
 func prune(held map[string][]*Lock) map[string][]*Lock {
 	for k, ls := range held {
-		if ls = slices.DeleteFunc(ls, func(l *Lock) bool { return l.TTL() <= 0 }); len(ls) == 0 {
+		if ls = stillHeld(ls); len(ls) == 0 {
 			delete(held, k)
 		} else {
 			held[k] = ls
 		}
 	}
 	return held
+}
+
+// stillHeld drops from ls the permits unlocked or run out.
+func stillHeld(ls []*Lock) []*Lock {
+	return slices.DeleteFunc(ls, func(l *Lock) bool { return l.TTL() <= 0 })
 }
 
 // freedSlot records that an Unlock of this client released slot, of the
