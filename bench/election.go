@@ -96,15 +96,10 @@ func (b *bench) electionIdle(c *redlock.Client, r *electionRes) error {
 // other's Campaign (Lock) returning.
 func (b *bench) electionHandover(ca, cb *redlock.Client, r *electionRes) error {
 	name := fmt.Sprintf("bench:elect:handover:%d", time.Now().UnixNano())
-	ea, err := ca.Election(name)
+	es, err := elections(name, ca, cb)
 	if err != nil {
 		return err
 	}
-	eb, err := cb.Election(name)
-	if err != nil {
-		return err
-	}
-	es := [2]*redlock.Election{ea, eb}
 	type held struct {
 		release func() error
 	}
@@ -178,14 +173,11 @@ func (b *bench) electionHandover(ca, cb *redlock.Client, r *electionRes) error {
 // 20 ms; another observes. Timed from Proclaim's return to the receipt.
 func (b *bench) electionObserve(ca, cb *redlock.Client, r *electionRes) error {
 	name := fmt.Sprintf("bench:elect:observe:%d", time.Now().UnixNano())
-	ea, err := ca.Election(name)
+	es, err := elections(name, ca, cb)
 	if err != nil {
 		return err
 	}
-	eb, err := cb.Election(name)
-	if err != nil {
-		return err
-	}
+	ea, eb := es[0], es[1]
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	ld, err := ea.Campaign(ctx, "0")
@@ -250,6 +242,18 @@ func renderElection(sb *strings.Builder, r *electionRes) {
 		fmtDur(r.fencedHandoff.q(0.5)), fmtDur(r.fencedHandoff.q(0.99)), ratio(&r.handover, &r.fencedHandoff))
 	w("| Observe after a Proclaim | %s | %s | – | – | %s (p99 ≤ 50 ms; %d of %d not seen within 1 s) |\n\n", fmtDur(r.observe.q(0.5)), fmtDur(r.observe.q(0.99)),
 		passMiss(r.observe.q(0.99) <= 50*time.Millisecond && r.misses == 0), r.misses, r.samples)
+}
+
+// elections returns the election name of each client.
+func elections(name string, cs ...*redlock.Client) ([]*redlock.Election, error) {
+	es := make([]*redlock.Election, len(cs))
+	for i, c := range cs {
+		var err error
+		if es[i], err = c.Election(name); err != nil {
+			return nil, err
+		}
+	}
+	return es, nil
 }
 
 // delKeys deletes the keys matching pattern on every node.
