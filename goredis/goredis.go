@@ -360,6 +360,16 @@ func (n *redisNode) Announce(ctx context.Context, k *node.Key, text string, ttl 
 		k.Token, text, max(ttl.Milliseconds(), 1))
 }
 
+// ConfirmAnnounce runs confirm_fence.lua with a record (see
+// node.Announcer).
+func (n *redisNode) ConfirmAnnounce(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration, text string, ttl time.Duration) (node.Result, error) {
+	if text == "" {
+		return node.Result{}, n.fail("confirm", errEmptyText)
+	}
+	return n.status(ctx, "confirm", scripts.confirmFence, []string{k.Name, node.FenceKey(k.Name), node.AnnounceKey(k.Name)},
+		k.Token, fence, counterTTL.Milliseconds(), text, max(ttl.Milliseconds(), 1))
+}
+
 // errEmptyText refuses an empty announcement: announce.lua reads "" as a
 // withdrawal.
 var errEmptyText = errors.New("empty announcement")

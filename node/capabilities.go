@@ -90,6 +90,13 @@ type Announcer interface {
 	// own token (InspectAnnounce), so one that a holder announced late,
 	// after it lost the key, never passes for the next holder's.
 	Announce(ctx context.Context, k *Key, text string, ttl time.Duration) (Result, error)
+	// ConfirmAnnounce is Fencer.ConfirmFence and Announce in one atomic
+	// step: where the key holds k.Token, its counter is raised to at
+	// least fence and text kept for ttl (Done); Taken or Absent
+	// elsewhere, and nothing changed. A campaign's confirm round sends
+	// it, so that a majority holds the leader's record when its term
+	// begins, at no round and no command more than a fenced Lock.
+	ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counterTTL time.Duration, text string, ttl time.Duration) (Result, error)
 	// Withdraw removes k.Token's record, whatever the key holds: Done;
 	// Taken where no record of k.Token is there.
 	Withdraw(ctx context.Context, k *Key) (Result, error)

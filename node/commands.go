@@ -310,6 +310,20 @@ func (r *Redis) Announce(ctx context.Context, k *Key, text string, ttl time.Dura
 	return res, r.fail("announce", err)
 }
 
+// ConfirmAnnounce runs confirm_fence.lua with a record (see Announcer).
+func (r *Redis) ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counterTTL time.Duration, text string, ttl time.Duration) (Result, error) {
+	if text == "" {
+		return Result{}, r.fail("confirm", errEmptyText)
+	}
+	reply, err := r.evalKeys(ctx, "confirm", confirmFenceScript, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name),
+		k.Token, fence, counterTTL.Milliseconds(), text, max(ttl.Milliseconds(), 1))
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("confirm", err)
+}
+
 // errEmptyText refuses an empty announcement: announce.lua reads "" as a
 // withdrawal.
 var errEmptyText = errors.New("empty announcement")

@@ -53,8 +53,10 @@ type Scripts struct {
 	// owner ("": an attempt that does not queue), ticket. Reply:
 	// ParseAcquire.
 	AcquireFenced Script
-	// ConfirmFence (confirm_fence.lua): KEYS key, FenceKey(key); ARGV
-	// token, fence, counter TTL ms. Reply: ParseStatus.
+	// ConfirmFence (confirm_fence.lua): KEYS key, FenceKey(key),
+	// AnnounceKey(key) (optional); ARGV token, fence, counter TTL ms,
+	// record text and its TTL ms (optional, with the third key). Reply:
+	// ParseStatus.
 	ConfirmFence Script
 	// Transfer (transfer.lua): KEYS key, Key.Waiters(); ARGV holder's
 	// token, successor's token, ttl ms, owner. Reply: ParseStatus.
@@ -93,7 +95,7 @@ var luaScripts = Scripts{
 	Release:       newLua(releaseLua, 2, queueLua),
 	Inspect:       newLua(inspectLua, 2),
 	AcquireFenced: newLua(acquireFencedLua, 3, queueLua),
-	ConfirmFence:  newLua(confirmFenceLua, 2),
+	ConfirmFence:  newLua(confirmFenceLua, 3),
 	Transfer:      newLua(transferLua, 2, queueLua),
 	Leave:         newLua(leaveLua, 2, queueLua),
 	AcquireShared: newLua(acquireSharedLua, 3, queueLua, sharedLua),

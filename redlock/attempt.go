@@ -343,26 +343,20 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 			fence = max(fence, rep.Result.Fence)
 		}
 	}
-	r2 := l.ch.send(ctx, command{op: "confirm", ttl: l.ttl, fence: fence})
-	var r3 *round
+	cmd := command{op: "confirm", ttl: l.ttl, fence: fence}
 	if l.mode.announce != nil {
-		// A campaign's announcement goes with the confirm, not after
-		// it (see round.ahead): the term is the fence, known now.
-		r3 = l.ch.send(ctx, command{op: "announce", ttl: l.ttl, text: record(fence, *l.mode.announce)})
+		// A campaign's confirm keeps the leader's record too
+		// (node.Announcer.ConfirmAnnounce): the term is the fence.
+		cmd.text = record(fence, *l.mode.announce)
 	}
+	r2 := l.ch.send(ctx, cmd)
 	t := r2.Wait(ctx.Done(), c.quorum)
-	failed := r2
-	if r3 != nil && t.Reached(c.quorum) {
-		if t3 := r3.Wait(ctx.Done(), c.quorum); !t3.Reached(c.quorum) {
-			t, failed = t3, r3
-		}
-	}
 	validity := clock.Validity(l.ttl, c.clk.Since(r.Started()), l.drift)
 	if t.Reached(c.quorum) && validity > 0 && ctx.Err() == nil {
 		l.grant(r.Started(), fence)
 		return nil
 	}
-	qe := newQuorumError(failed.cmd.op, l.k.Name, c, failed.Replies, ErrNotAcquired, ctx)
+	qe := newQuorumError("confirm", l.k.Name, c, r2.Replies, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	return qe
 }

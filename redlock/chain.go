@@ -172,7 +172,7 @@ func (r *round) Call(i int) (node.Result, error) {
 		err  error
 		took time.Duration // measured for the adaptive timeouts only
 	)
-	var passes, keepPrev bool
+	var passes bool
 	var rb *chain
 	var rs *step
 	if r.cmd.behind != nil {
@@ -185,12 +185,6 @@ func (r *round) Call(i int) (node.Result, error) {
 		res, err = r.follow(i, rb, rs)
 	case prev != nil && r.ahead() && !r.ch.landed(prev):
 		res, err = r.early(i, prev)
-		// An announcement that did not find the token is no proof that
-		// the key is not ours: it may have overtaken the acquire, which
-		// the confirm waited for. The chain keeps the confirm's answer
-		// then (a release after it is sent, or passes, by that); the
-		// round counts the announcement's.
-		keepPrev = r.cmd.op == "announce" && (err != nil || res.Status != node.Done)
 	case prev != nil && !r.ch.landed(prev):
 		res, passes, err = r.late(i, prev)
 		if passes {
@@ -205,11 +199,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	}
 	r.next[i].reached = r.ch.reached(prev, err)
 	r.next[i].late = runsLate(err) || r.ch.lateBefore(prev)
-	if keepPrev {
-		r.ch.finish(&r.next[i], prev.res, prev.err)
-	} else {
-		r.ch.finish(&r.next[i], res, err)
-	}
+	r.ch.finish(&r.next[i], res, err)
 	c.record(i, r.next[i].gen, err)
 	if c.health.rtts != nil {
 		c.adapt(i, took, err)
@@ -288,11 +278,8 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 }
 
 // ahead reports whether the round's command goes to a node before the
-// lock's previous command there has returned: a campaign's announcement
-// right after the confirm (it needs only the token the acquire set, and
-// changes nothing but the record beside the key, so the two may run in
-// either order; see early), or a release (of an Unlock or a rollback)
-// right after the acquire, which no transfer followed. Its
+// lock's previous command there has returned: a release (of an Unlock or
+// a rollback) right after the acquire, which no transfer followed. Its
 // answer says whether it overtook the acquire (see early): release.lua
 // and release_shared.lua answer Done only where they found the token,
 // which only the acquire can have set. (After a reseed still on its way
@@ -306,8 +293,7 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 // SET that took effect, a round trip later than ahead, after one that
 // failed or timed out, up to a node timeout later.
 func (r *round) ahead() bool {
-	return r.cmd.op == "release" && r.prevOp == "acquire" && r.cmd.freed == nil && !r.cmd.lazy ||
-		r.cmd.op == "announce" && r.prevOp == "confirm"
+	return r.cmd.op == "release" && r.prevOp == "acquire" && r.cmd.freed == nil && !r.cmd.lazy
 }
 
 // early is Call's release on node i when the lock's previous command
@@ -320,19 +306,11 @@ func (r *round) ahead() bool {
 // first answer stands then). The common straggler of an acquire that
 // returned at the majority answers moments later; a release that waited
 // for it cost the cycle a wake-up and a round trip after it.
-//
-// An announcement sent ahead of the confirm stands as it is answered; its
-// step still ends after the confirm's, as every step ends after its
-// predecessor's, so the commands that follow wait for both.
 func (r *round) early(i int, prev *step) (node.Result, error) {
 	ctx, cancel := r.callCtx(i)
 	res, err := r.do(ctx, i, nil) // (prev has not returned: do must not read it)
 	if cancel != nil {
 		cancel()
-	}
-	if r.cmd.op == "announce" {
-		r.ch.await(prev, nil)
-		return res, err
 	}
 	switch {
 	case err == nil && res.Status == node.Done:

@@ -26,7 +26,7 @@ type command struct {
 	from     *Lock         // transfer: the lock handed over, and
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)
-	text     string        // announce: the record kept beside the key (node.Announcer)
+	text     string        // announce, and a campaign's confirm: the record kept beside the key (node.Announcer)
 	requeue  int64         // release: a waiting attempt's rollback, which queues the client again with this ticket (node.Key.Requeue), its grant if ttl's lasts a lease; 0: none
 	behind   []*outcome    // acquire: the call's failed attempts whose rollback it follows where they set the key (see outcome.rollingOn)
 }
@@ -84,6 +84,9 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 		}
 		return n.(node.Fencer).AcquireFenced(ctx, k, cmd.ttl, counterTTL(cmd.ttl))
 	case "confirm":
+		if cmd.text != "" {
+			return n.(node.Announcer).ConfirmAnnounce(ctx, k, cmd.fence, counterTTL(cmd.ttl), cmd.text, cmd.ttl)
+		}
 		return n.(node.Fencer).ConfirmFence(ctx, k, cmd.fence, counterTTL(cmd.ttl))
 	case "extend":
 		return n.Extend(ctx, k, cmd.ttl)

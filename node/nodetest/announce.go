@@ -4,6 +4,7 @@ package nodetest
 // election's leader), read only beside its own token.
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,4 +69,46 @@ func testAnnounce(t *testing.T, f Factory) {
 	assert.Error(t, err, "an empty announcement is refused (it would be a withdrawal)")
 	e.resultOf(an.Withdraw(e.ctx, &other))(node.Done, "withdraw")
 	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "release")
+}
+
+// testConfirmAnnounce: a campaign's confirm keeps the record with the
+// fence, both only under the token.
+func testConfirmAnnounce(t *testing.T, f Factory) {
+	e := start(t, f)
+	an, ok := e.n.(node.Announcer)
+	fe, fok := e.n.(node.Fencer)
+	if !ok || !fok {
+		t.Skip("the node is not a node.Announcer and a node.Fencer")
+	}
+	k := node.Key{Name: "lk:elect-confirm", Token: "tok-1"}
+	rk, fk := node.AnnounceKey(k.Name), node.FenceKey(k.Name)
+	e.resultOf(an.ConfirmAnnounce(e.ctx, &k, 7, time.Hour, "7\nv", time.Minute))(node.Absent, "confirm without the key")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk, fk), "a confirm without the key leaves nothing")
+
+	res, err := fe.AcquireFenced(e.ctx, &k, time.Minute, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, node.Done, res.Status)
+	high := res.Fence + 1000
+	e.resultOf(an.ConfirmAnnounce(e.ctx, &k, high, time.Hour, fmt.Sprintf("%d\nfirst", high), 30*time.Second))(node.Done, "confirm and announce")
+	a, err := an.InspectAnnounce(e.ctx, k.Name)
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("%d\nfirst", high), a.Text, "the record beside the token")
+	assert.Equal(t, fmt.Sprint(high), e.get(fk), "the counter raised to the fence")
+	assert.InDelta(t, 30*time.Second, e.pttl(rk), float64(5*time.Second), "the record lives its TTL")
+
+	other := node.Key{Name: k.Name, Token: "tok-2"}
+	e.resultOf(an.ConfirmAnnounce(e.ctx, &other, high+5, time.Hour, "x\nimpostor", time.Minute))(node.Taken, "another token")
+	a, err = an.InspectAnnounce(e.ctx, k.Name)
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("%d\nfirst", high), a.Text, "unchanged")
+	assert.Equal(t, fmt.Sprint(high), e.get(fk), "unchanged")
+
+	_, err = an.ConfirmAnnounce(e.ctx, &k, high, time.Hour, "", time.Minute)
+	assert.Error(t, err, "an empty record is refused")
+	e.resultOf(an.Withdraw(e.ctx, &k))(node.Done, "withdraw")
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release")
+	// A confirm that runs late, after the release, keeps nothing.
+	e.resultOf(an.ConfirmAnnounce(e.ctx, &k, high+9, time.Hour, "late", time.Minute))(node.Absent, "a late confirm")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "no record after a late confirm")
+	e.do("DEL", fk)
 }

@@ -129,6 +129,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("SharedAlone", func(t *testing.T) { testSharedAlone(t, f) })
 	t.Run("Tomb", func(t *testing.T) { testTomb(t, f) })
 	t.Run("Announce", func(t *testing.T) { testAnnounce(t, f) })
+	t.Run("ConfirmAnnounce", func(t *testing.T) { testConfirmAnnounce(t, f) })
 	t.Run("Close", func(t *testing.T) { testClose(t, f) })
 }
 
