@@ -134,7 +134,7 @@ func TestScriptsAreTheNodePackages(t *testing.T) {
 	assert.Equal(t, 2, s.ExtendShared.Keys)
 	assert.Equal(t, 3, s.ReleaseShared.Keys)
 	assert.Equal(t, 3, s.AcquireFenced.Keys) // the key, its fence counter, its waiters
-	assert.Equal(t, 3, s.ConfirmFence.Keys) // the key, its fence counter, a campaign's record (optional)
+	assert.Equal(t, 3, s.ConfirmFence.Keys)  // the key, its fence counter, a campaign's record (optional)
 }
 
 // blackhole starts a loopback server that accepts connections and reads
