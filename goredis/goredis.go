@@ -250,19 +250,23 @@ func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (no
 	if announce {
 		flag = announceYes
 	}
+	keys := []string{k.Name, k.Waiters()}
+	if k.Record {
+		keys = append(keys, node.AnnounceKey(k.Name))
+	}
 	if k.Requeue && !announce && k.Ticket > 0 {
 		grant := k.Grant // asked for again, as Acquire asks for it
 		if n.resends {
 			grant = ""
 		}
-		return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner,
+		return n.status(ctx, "release", scripts.release, keys, k.Token, flag, k.Owner,
 			k.Ticket, node.WaiterLease.Milliseconds(), grant, tomb(k))
 	}
 	if k.Tomb > 0 {
-		return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner,
+		return n.status(ctx, "release", scripts.release, keys, k.Token, flag, k.Owner,
 			0, 0, "", tomb(k))
 	}
-	return n.status(ctx, "release", scripts.release, []string{k.Name, k.Waiters()}, k.Token, flag, k.Owner)
+	return n.status(ctx, "release", scripts.release, keys, k.Token, flag, k.Owner)
 }
 
 // tomb is release.lua's ARGV[7]: k.Tomb in milliseconds, at least 1
@@ -373,11 +377,6 @@ func (n *redisNode) ConfirmAnnounce(ctx context.Context, k *node.Key, fence int6
 // errEmptyText refuses an empty announcement: announce.lua reads "" as a
 // withdrawal.
 var errEmptyText = errors.New("empty announcement")
-
-// Withdraw runs announce.lua without a text (see node.Announcer).
-func (n *redisNode) Withdraw(ctx context.Context, k *node.Key) (node.Result, error) {
-	return n.status(ctx, "withdraw", scripts.announce, []string{k.Name, node.AnnounceKey(k.Name)}, k.Token, "")
-}
 
 // InspectAnnounce runs inspect_announce.lua (see node.Announcer).
 func (n *redisNode) InspectAnnounce(ctx context.Context, key string) (node.Announced, error) {

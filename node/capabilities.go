@@ -97,9 +97,6 @@ type Announcer interface {
 	// it, so that a majority holds the leader's record when its term
 	// begins, at no round and no command more than a fenced Lock.
 	ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counterTTL time.Duration, text string, ttl time.Duration) (Result, error)
-	// Withdraw removes k.Token's record, whatever the key holds: Done;
-	// Taken where no record of k.Token is there.
-	Withdraw(ctx context.Context, k *Key) (Result, error)
 	// InspectAnnounce reads the key's token and TTL and its holder's
 	// record in one atomic step, within ctx's deadline.
 	InspectAnnounce(ctx context.Context, key string) (Announced, error)

@@ -122,7 +122,12 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	args := append(make([]any, 0, 11), releaseScript.hash, 2, name, k.boxedWaiters(), token, flag, r.owner(k.Owner))
+	args := append(make([]any, 0, 12), releaseScript.hash, 2, name, k.boxedWaiters())
+	if k.Record {
+		args[1] = 3
+		args = append(args, AnnounceKey(k.Name))
+	}
+	args = append(args, token, flag, r.owner(k.Owner))
 	switch {
 	case k.Requeue && !announce && k.Ticket > 0:
 		args = append(args, k.Ticket, waiterLeaseMS, k.Grant)
@@ -327,16 +332,6 @@ func (r *Redis) ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counte
 // errEmptyText refuses an empty announcement: announce.lua reads "" as a
 // withdrawal.
 var errEmptyText = errors.New("empty announcement")
-
-// Withdraw runs announce.lua without a text (see Announcer).
-func (r *Redis) Withdraw(ctx context.Context, k *Key) (Result, error) {
-	reply, err := r.evalKeys(ctx, "withdraw", announceScript, 2, k.Name, AnnounceKey(k.Name), k.Token, "")
-	if err != nil {
-		return Result{}, err
-	}
-	res, err := ParseStatus(reply)
-	return res, r.fail("withdraw", err)
-}
 
 // InspectAnnounce runs inspect_announce.lua (see Announcer).
 func (r *Redis) InspectAnnounce(ctx context.Context, key string) (Announced, error) {

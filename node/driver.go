@@ -40,7 +40,8 @@ type Scripts struct {
 	// Extend (extend.lua): KEYS key; ARGV token, ttl ms. Reply:
 	// ParseStatus.
 	Extend Script
-	// Release (release.lua): KEYS key, Key.Waiters(); ARGV token, "1" to
+	// Release (release.lua): KEYS key, Key.Waiters(), AnnounceKey(key)
+	// (optional, Key.Record); ARGV token, "1" to
 	// hand on and announce or "0"; optional: owner, a rollback's ticket
 	// (Key.Requeue), its WaiterLease ms, the grant it asked for, a
 	// tombstone's ms (Key.Tomb). Reply: ParseStatus.
@@ -76,8 +77,7 @@ type Scripts struct {
 	// tombstone ms (optional, see Key.Tomb). Reply: ParseStatus.
 	ReleaseShared Script
 	// Announce (announce.lua): KEYS key, AnnounceKey(key); ARGV token,
-	// text ("": withdraw), ttl ms (not with a withdrawal). Reply:
-	// ParseStatus.
+	// text, ttl ms. Reply: ParseStatus.
 	Announce Script
 	// InspectAnnounce (inspect_announce.lua): KEYS key, AnnounceKey(key).
 	// Reply: ParseAnnounced.
@@ -92,7 +92,7 @@ func LuaScripts() Scripts { return luaScripts }
 var luaScripts = Scripts{
 	Acquire:       newLua(acquireLua, 2, queueLua),
 	Extend:        newLua(extendLua, 1),
-	Release:       newLua(releaseLua, 2, queueLua),
+	Release:       newLua(releaseLua, 3, queueLua),
 	Inspect:       newLua(inspectLua, 2),
 	AcquireFenced: newLua(acquireFencedLua, 3, queueLua),
 	ConfirmFence:  newLua(confirmFenceLua, 3),

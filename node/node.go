@@ -115,6 +115,10 @@ type Key struct {
 	// and no release would follow it. See TombKey for what a tombstone
 	// stops.
 	Tomb time.Duration
+	// Record marks a key that keeps a record beside it (AnnounceKey(Name):
+	// an election's, see Announcer): a Release removes the record with
+	// the key, where it is Token's, so that it never outlives the key.
+	Record bool
 
 	name, token any // Name and Token boxed by NewKey; nil in a literal
 	waiters     any // WaitersKey(Name) boxed by NewKey; nil in a literal

@@ -16,7 +16,7 @@ import (
 
 // command is what a round does on every node.
 type command struct {
-	op       string        // "acquire", "confirm", "extend", "reseed", "transfer", "release", "announce" or "withdraw", for errors and hooks
+	op       string        // "acquire", "confirm", "extend", "reseed", "transfer", "release" or "announce", for errors and hooks
 	ttl      time.Duration // acquire, extend: the keys' TTL
 	fence    int64         // confirm: the fence to raise the counters to
 	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
@@ -109,8 +109,6 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 		return n.Release(ctx, &rk, false)
 	case "announce":
 		return n.(node.Announcer).Announce(ctx, k, cmd.text, cmd.ttl)
-	case "withdraw":
-		return n.(node.Announcer).Withdraw(ctx, k)
 	}
 	return n.(node.Handoffer).Transfer(ctx, &cmd.from.k, k, cmd.ttl) // "transfer"
 }

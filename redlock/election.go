@@ -252,27 +252,19 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 	return ld.stop(ctx)
 }
 
-// stop ends the term and releases the lock, then withdraws the record
-// (only this term's: a late withdrawal never removes the next leader's).
+// stop ends the term and releases the lock, its record with it (the
+// release removes the record where it is this term's: node.Key.Record).
 func (ld *Leadership) stop(ctx context.Context) error {
 	ld.end(ErrResigned)
 	ld.keep()
 	<-ld.done
-	err := ld.l.Unlock(ctx)
-	_ = ld.l.withdraw(context.WithoutCancel(ctx))
-	return err
+	return ld.l.Unlock(ctx)
 }
 
 // announce sends text to be kept beside the lock's key (node.Announcer)
 // through the lock's chain, after its earlier commands on each node.
 func (l *Lock) announce(ctx context.Context, text string) error {
 	return l.sendRecord(ctx, command{op: "announce", ttl: l.ttl, text: text})
-}
-
-// withdraw removes the lock's record from every node where it is the
-// lock's token's.
-func (l *Lock) withdraw(ctx context.Context) error {
-	return l.sendRecord(ctx, command{op: "withdraw"})
 }
 
 func (l *Lock) sendRecord(ctx context.Context, cmd command) error {

@@ -53,10 +53,6 @@ func (n announcingNode) ConfirmAnnounce(ctx context.Context, k *node.Key, fence 
 	return n.ConfirmFence(ctx, k, fence, counterTTL)
 }
 
-func (n announcingNode) Withdraw(ctx context.Context, k *node.Key) (node.Result, error) {
-	return node.Result{Status: node.Done}, n.hook(ctx, "withdraw")
-}
-
 func (n announcingNode) InspectAnnounce(ctx context.Context, key string) (node.Announced, error) {
 	return node.Announced{}, n.hook(ctx, "inspect")
 }

@@ -82,6 +82,7 @@ func (m mode) key(c *Client, key, token string, ticket int64, grant string) node
 		k = node.NewKey(key, token)
 	}
 	k.Owner, k.Ticket, k.Grant = m.owner(c), ticket, grant
+	k.Record = m.announce != nil // a campaign's release removes its record
 	if m.queue != "" {
 		k = k.InQueue(m.queue)
 	}

@@ -47,11 +47,11 @@ func testAnnounce(t *testing.T, f Factory) {
 	other := node.Key{Name: k.Name, Token: "tok-2"}
 	e.resultOf(an.Announce(e.ctx, &other, "2\nimpostor", time.Minute))(node.Taken, "announce with another token")
 	assert.Equal(t, "1\nsecond\nline", read().Text, "unchanged")
-	e.resultOf(an.Withdraw(e.ctx, &other))(node.Taken, "withdraw another token's record")
+	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Taken, "release with another token")
 	assert.Equal(t, "1\nsecond\nline", read().Text, "unchanged")
 
-	// Released: the record stays until withdrawn or expired, but is
-	// never read beside another holder's token.
+	// Released without Key.Record: the record stays until it expires,
+	// but is never read beside another holder's token.
 	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release")
 	assert.Equal(t, node.Announced{}, read(), "no key, no leader")
 	e.resultOf(e.n.Acquire(e.ctx, &other, time.Minute, false))(node.Done, "the next holder")
@@ -59,16 +59,17 @@ func testAnnounce(t *testing.T, f Factory) {
 	assert.Equal(t, "tok-2", a.Token)
 	assert.Empty(t, a.Text, "the previous holder's record is not the next one's")
 	e.resultOf(an.Announce(e.ctx, &k, "1\nlate", time.Minute))(node.Taken, "a late announce of the previous holder")
-	e.resultOf(an.Withdraw(e.ctx, &k))(node.Done, "the previous holder's withdrawal")
-	assert.Equal(t, int64(0), e.do("EXISTS", rk))
 	e.resultOf(an.Announce(e.ctx, &other, "2\nnext", time.Minute))(node.Done, "the next holder announces")
-	e.resultOf(an.Withdraw(e.ctx, &k))(node.Taken, "a late withdrawal of the previous holder")
+	late := k
+	late.Record = true
+	e.resultOf(e.n.Release(e.ctx, &late, false))(node.Taken, "a late release of the previous holder")
 	assert.Equal(t, "2\nnext", read().Text, "leaves the next holder's record")
 
 	_, err := an.Announce(e.ctx, &other, "", time.Minute)
-	assert.Error(t, err, "an empty announcement is refused (it would be a withdrawal)")
-	e.resultOf(an.Withdraw(e.ctx, &other))(node.Done, "withdraw")
-	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "release")
+	assert.Error(t, err, "an empty announcement is refused")
+	other.Record = true
+	e.resultOf(e.n.Release(e.ctx, &other, false))(node.Done, "release with the record")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk, k.Name), "the record went with the key")
 }
 
 // testConfirmAnnounce: a campaign's confirm keeps the record with the
@@ -105,8 +106,9 @@ func testConfirmAnnounce(t *testing.T, f Factory) {
 
 	_, err = an.ConfirmAnnounce(e.ctx, &k, high, time.Hour, "", time.Minute)
 	assert.Error(t, err, "an empty record is refused")
-	e.resultOf(an.Withdraw(e.ctx, &k))(node.Done, "withdraw")
-	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release")
+	k.Record = true
+	e.resultOf(e.n.Release(e.ctx, &k, false))(node.Done, "release, the record with it")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "the record went with the key")
 	// A confirm that runs late, after the release, keeps nothing.
 	e.resultOf(an.ConfirmAnnounce(e.ctx, &k, high+9, time.Hour, "late", time.Minute))(node.Absent, "a late confirm")
 	assert.Equal(t, int64(0), e.do("EXISTS", rk), "no record after a late confirm")

@@ -48,6 +48,12 @@
 --          reseed of the token may both be on their way), and acquire.lua and
 --          transfer.lua never set the key to a token that has one. Only
 --          this path writes it; the common case reads no more.
+-- KEYS[3]  the key's record (node.AnnounceKey; optional: a lock that keeps
+--          one, an election's, node.Key.Record): removed where it is the
+--          caller's token's, whatever the key holds, and the removal
+--          announced on its release channel, so that the record goes with
+--          the key (a Resign, a failed campaign's rollback) and never
+--          outlives it; a late release removes only its own token's.
 -- Returns  1 freed, 0 the key holds another token, -1 the key is absent.
 -- An Unlock that finds the key absent where waiters are queued on the
 -- lock's own queue hands it on all the same (see hand_on): the releaser's
@@ -68,6 +74,13 @@
 -- key is not its own (not granted here yet), so that it is not granted
 -- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
+if KEYS[3] then
+  local r = redis.call("GET", KEYS[3])
+  if r and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. "\n" then
+    redis.call("DEL", KEYS[3])
+    redis.call("PUBLISH", KEYS[3] .. ":released", "")
+  end
+end
 if ARGV[7] and ARGV[7] ~= "0" then
   redis.call("SET", KEYS[1] .. ":dead:" .. ARGV[1], "", "PX", ARGV[7])
 end
