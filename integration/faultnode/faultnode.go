@@ -272,11 +272,12 @@ type Inner interface {
 	node.Fencer
 	node.Sharer
 	node.Watcher
+	node.Announcer
 }
 
 // Node is a node.Node that injects faults into the commands it forwards
 // to the node it wraps. It offers every optional interface the client
-// type-asserts (Handoffer, Fencer, Sharer, Watcher, Inspector,
+// type-asserts (Handoffer, Fencer, Sharer, Watcher, Announcer, Inspector,
 // LateAnswerer, io.Closer), each forwarded with the same faults.
 type Node struct {
 	in     Inner
@@ -298,6 +299,7 @@ var (
 	_ node.Fencer       = (*Node)(nil)
 	_ node.Sharer       = (*Node)(nil)
 	_ node.Watcher      = (*Node)(nil)
+	_ node.Announcer    = (*Node)(nil)
 	_ node.Inspector    = (*Node)(nil)
 	_ node.LateAnswerer = (*Node)(nil)
 	_ io.Closer         = (*Node)(nil)
@@ -524,6 +526,43 @@ func (n *Node) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (n
 	return n.on(ctx, "release-shared", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
 		return n.in.ReleaseShared(ctx, k, announce)
 	})
+}
+
+// Announce forwards node.Announcer.Announce under the schedule.
+func (n *Node) Announce(ctx context.Context, k *node.Key, text string, ttl time.Duration) (node.Result, error) {
+	return n.on(ctx, "announce", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.Announce(ctx, k, text, ttl)
+	})
+}
+
+// ConfirmAnnounce forwards node.Announcer.ConfirmAnnounce under the
+// schedule.
+func (n *Node) ConfirmAnnounce(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration, text string, ttl time.Duration) (node.Result, error) {
+	return n.on(ctx, "confirm-announce", k, func(ctx context.Context, k *node.Key) (node.Result, error) {
+		return n.in.ConfirmAnnounce(ctx, k, fence, counterTTL, text, ttl)
+	})
+}
+
+// InspectAnnounce forwards node.Announcer.InspectAnnounce under the
+// schedule: an election's Leader reads by it. A late read is dropped
+// (a read changes nothing).
+func (n *Node) InspectAnnounce(ctx context.Context, key string) (node.Announced, error) {
+	var a node.Announced
+	k := node.Key{Name: key}
+	read := func(out *node.Announced) func(ctx context.Context, _ *node.Key) (node.Result, error) {
+		return func(ctx context.Context, _ *node.Key) (node.Result, error) {
+			got, err := n.in.InspectAnnounce(ctx, key)
+			if out != nil && err == nil {
+				*out = got
+			}
+			return node.Result{Status: node.Done}, err
+		}
+	}
+	run := n.traced("inspect-announce", read(&a))
+	late := n.traced("inspect-announce", read(nil)) // its answer reaches no one
+	_, err := n.do(ctx, "inspect-announce", func(ctx context.Context) (node.Result, error) { return run(ctx, &k) },
+		func() command { return func(ctx context.Context) (node.Result, error) { return late(ctx, &k) } })
+	return a, err
 }
 
 // Watch forwards node.Watcher.Watch without faults: release

@@ -7,7 +7,8 @@
 // redlock.Client over its own connections to every node), with Workers
 // goroutines each, run Lock, TryLock (fenced or not), RLock and Lock on a
 // read/write key, Semaphore.Acquire and TryAcquire, Extend, Unlock and
-// waits cancelled early, on a few keys of the history's own, for
+// waits cancelled early, and an election's Campaign, TryCampaign,
+// Proclaim, Resign and Leader, on a few keys of the history's own, for
 // Duration. Then the faults stop, the holders unlock, the keys must come
 // free, the clients close and the nodes must hold nothing of theirs.
 // Validity windows are taken on this process's monotonic clock, which
@@ -85,7 +86,8 @@ type Config struct {
 }
 
 // AllOps names every operation a worker draws from.
-var AllOps = []string{"lock", "trylock", "lock-fenced", "trylock-fenced", "rlock", "wlock", "sem", "trysem", "lock-cancel"}
+var AllOps = []string{"lock", "trylock", "lock-fenced", "trylock-fenced", "rlock", "wlock", "sem", "trysem", "lock-cancel",
+	"campaign", "trycampaign", "leader"}
 
 // Default returns the tests' configuration: three clients of two
 // workers, 300 ms of operations, TTLs of 300 to 800 ms and a 50 ms node
@@ -177,9 +179,11 @@ type history struct {
 	chk    checker.Checker
 	ops    atomic.Int64
 
-	mu     sync.Mutex // guards waits, grants, opsBy, trace, marks
+	mu     sync.Mutex // guards waits, grants, terms, reads, opsBy, trace, marks
 	waits  []Wait
 	grants []Grant
+	terms  []Term
+	reads  []Read
 	opsBy  map[string]int
 	trace  []faultnode.Event
 	marks  []mark // with Config.Trace: what the trace shows between the commands
@@ -299,6 +303,11 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 			res.Errors = append(res.Errors, err.Error())
 			return res
 		}
+		el, err := rc.Election(h.prefix+"e", redlock.WithTTL(cfg.TTLMax))
+		if err != nil {
+			res.Errors = append(res.Errors, err.Error())
+			return res
+		}
 		for w := range cfg.Workers {
 			holder := c*cfg.Workers + w
 			wr := rand.New(rand.NewPCG(uint64(seed), uint64(holder+1)))
@@ -306,7 +315,7 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 			go func() {
 				defer workers.Done()
 				for runCtx.Err() == nil {
-					h.op(runCtx, rc, sem, holder, wr)
+					h.op(runCtx, rc, sem, el, holder, wr)
 				}
 			}()
 		}
@@ -338,6 +347,7 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	res.Violations[Permits] = append(res.Violations[Permits], TooMany(ws, h.prefix+"s:permit:", cfg.Permits)...)
 	h.mu.Lock()
 	res.Violations[Starvation] = append(res.Violations[Starvation], Starved(h.waits, h.grants, cfg.StarveBound)...)
+	res.Violations[Leader] = append(res.Violations[Leader], Stale(h.terms, h.reads)...)
 	res.opsBy = h.opsBy
 	if len(res.Violations[Release])+len(res.Violations[Leftover])+len(res.Violations[Starvation]) > 0 {
 		res.Trace = h.lines(n)
@@ -389,7 +399,7 @@ func (h *history) harness(res *Result, msg string) {
 
 // op draws one operation and runs it: take, hold (maybe extending),
 // unlock.
-func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semaphore, holder int, r *rand.Rand) {
+func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semaphore, el *redlock.Election, holder int, r *rand.Rand) {
 	ops := h.cfg.Ops
 	if len(ops) == 0 {
 		ops = AllOps
@@ -405,6 +415,11 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 	h.opsBy[name]++
 	h.mu.Unlock()
 
+	switch name {
+	case "campaign", "trycampaign", "leader":
+		h.elect(ctx, el, name, holder, hold, extend)
+		return
+	}
 	x, rw := h.prefix+"x", h.prefix+"rw"
 	opt := redlock.WithTTL(ttl)
 	start := time.Now()
@@ -480,4 +495,80 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 	uctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTLMax)
 	_ = l.Unlock(uctx)
 	cancel()
+}
+
+// elect runs an election's operation: a Leader read, or a campaign that
+// leads for hold (proclaiming another value halfway when proclaim),
+// then resigns. A term is a window on the election's key, from
+// Campaign's return to Resign's call or the end of its Context.
+func (h *history) elect(ctx context.Context, el *redlock.Election, name string, holder int, hold time.Duration, proclaim bool) {
+	key := h.prefix + "e"
+	start := time.Now()
+	if name == "leader" {
+		l, err := el.Leader(ctx)
+		if err == nil {
+			h.mu.Lock()
+			h.reads = append(h.reads, Read{Holder: holder, Start: start, End: time.Now(), Leader: l})
+			h.mu.Unlock()
+		}
+		return
+	}
+	value := fmt.Sprintf("h%d:%d", holder, start.UnixNano())
+	var ld *redlock.Leadership
+	var err error
+	if name == "campaign" {
+		ld, err = el.Campaign(ctx, value)
+	} else {
+		ld, err = el.TryCampaign(ctx, value)
+	}
+	got := time.Now()
+	if name == "campaign" {
+		h.mu.Lock()
+		h.waits = append(h.waits, Wait{Holder: holder, Client: holder / h.cfg.Workers, Op: name, Group: key, Start: start, End: got, Served: err == nil})
+		h.mu.Unlock()
+	}
+	if err != nil {
+		return
+	}
+	ended := make(chan time.Time, 1)
+	stop := context.AfterFunc(ld.Context(), func() { ended <- time.Now() })
+	defer stop()
+	w := h.chk.Begin(holder, key, fmt.Sprint("term ", ld.Term()), got, got.Add(time.Hour))
+	t := Term{Holder: holder, Term: ld.Term(), Values: []string{value}, Start: start, Got: got}
+	time.Sleep(hold / 2)
+	if proclaim {
+		v := value + "'"
+		t.Values = append(t.Values, v)
+		pctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTLMax)
+		_ = ld.Proclaim(pctx, v)
+		cancel()
+	}
+	time.Sleep(hold / 2)
+	end := time.Now()
+	select {
+	case at := <-ended: // lost before its Resign
+		end = at
+	default:
+	}
+	w.End(end)
+	h.mu.Lock()
+	h.grants = append(h.grants, Grant{Holder: holder, Key: key, Start: start, Got: got})
+	h.mu.Unlock()
+	if h.cfg.Forget {
+		h.record(t)
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), h.cfg.TTLMax)
+	if ld.Resign(rctx) == nil {
+		t.Resigned = time.Now()
+	}
+	cancel()
+	h.record(t)
+}
+
+// record keeps a term for the Leader oracle.
+func (h *history) record(t Term) {
+	h.mu.Lock()
+	h.terms = append(h.terms, t)
+	h.mu.Unlock()
 }

@@ -2,10 +2,12 @@ package history
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/redlock"
 )
 
 // Oracle names one property a history must keep.
@@ -28,10 +30,71 @@ const (
 	// Starvation: a waiter is served before more than a bound of other
 	// holders are granted the key it waits for.
 	Starvation Oracle = "starvation"
+	// Leader: an election's terms grow in the order they began, and
+	// Leader never reports a term after its Resign returned, before its
+	// Campaign began, or with a value its leader did not announce.
+	Leader Oracle = "leader"
 )
 
 // Oracles lists every oracle in report order.
-var Oracles = []Oracle{Exclusion, Permits, Release, Leftover, Starvation}
+var Oracles = []Oracle{Exclusion, Permits, Release, Leftover, Starvation, Leader}
+
+// Term is one leadership a Campaign returned.
+type Term struct {
+	Holder int
+	Term   int64
+	Values []string  // what it announced (Campaign's value, then Proclaim's)
+	Start  time.Time // Campaign called
+	Got    time.Time // Campaign returned
+	// Resigned is when its Resign returned nil (zero: it did not, or
+	// the term ended otherwise).
+	Resigned time.Time
+}
+
+// Read is one Leader call that returned a leader.
+type Read struct {
+	Holder     int
+	Start, End time.Time
+	Leader     redlock.Leader
+}
+
+// Stale returns the Leader violations among terms and reads: terms whose
+// number does not grow with the order they were granted, and reads of a
+// term that had resigned before the read began (its Unlock had freed a
+// majority: no majority can hold it again), that had not begun its
+// Campaign before the read returned, or with a value it never
+// announced. A read of a term no Campaign returned (one that failed
+// after its confirm kept the record on a majority) is not checked.
+func Stale(terms []Term, reads []Read) []string {
+	var out []string
+	ts := slices.Clone(terms)
+	slices.SortFunc(ts, func(a, b Term) int { return a.Got.Compare(b.Got) })
+	for i := 1; i < len(ts); i++ {
+		if ts[i].Term <= ts[i-1].Term {
+			out = append(out, fmt.Sprintf("term %d (holder %d, at %s) after term %d (holder %d, at %s)",
+				ts[i].Term, ts[i].Holder, ts[i].Got.Format("15:04:05.000000"), ts[i-1].Term, ts[i-1].Holder, ts[i-1].Got.Format("15:04:05.000000")))
+		}
+	}
+	by := map[int64]Term{}
+	for _, t := range terms {
+		by[t.Term] = t
+	}
+	for _, r := range reads {
+		t, ok := by[r.Leader.Term]
+		switch {
+		case !ok:
+		case !t.Resigned.IsZero() && t.Resigned.Before(r.Start):
+			out = append(out, fmt.Sprintf("holder %d read term %d at [%s, %s], resigned at %s",
+				r.Holder, t.Term, r.Start.Format("15:04:05.000000"), r.End.Format("15:04:05.000000"), t.Resigned.Format("15:04:05.000000")))
+		case t.Start.After(r.End):
+			out = append(out, fmt.Sprintf("holder %d read term %d at [%s, %s], campaigned at %s",
+				r.Holder, t.Term, r.Start.Format("15:04:05.000000"), r.End.Format("15:04:05.000000"), t.Start.Format("15:04:05.000000")))
+		case !slices.Contains(t.Values, r.Leader.Value):
+			out = append(out, fmt.Sprintf("holder %d read term %d with value %q, announced %q", r.Holder, t.Term, r.Leader.Value, t.Values))
+		}
+	}
+	return out
+}
 
 // Wait is one call that waited for a key (Lock, RLock, Semaphore.Acquire).
 type Wait struct {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/quorumlock/redlock/integration/checker"
 	"github.com/quorumlock/redlock/integration/history"
+	"github.com/quorumlock/redlock/redlock"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -126,5 +127,33 @@ func TestStarvedFindsAWaiterOvertakenTooOften(t *testing.T) {
 	}
 	if got := history.Starved(reader, reads, 3); len(got) != 1 {
 		t.Fatalf("want the reader overtaken by 4 writers (bound 3), got %q", got)
+	}
+}
+
+func TestStaleFindsOldTermsAndBadReads(t *testing.T) {
+	terms := []history.Term{
+		{Holder: 0, Term: 10, Values: []string{"a", "a'"}, Start: at(0), Got: at(5), Resigned: at(100)},
+		{Holder: 1, Term: 20, Values: []string{"b"}, Start: at(50), Got: at(101), Resigned: at(200)},
+		{Holder: 2, Term: 15, Values: []string{"c"}, Start: at(150), Got: at(201)}, // smaller than the term before it
+	}
+	read := func(start, end int, term int64, value string) history.Read {
+		return history.Read{Holder: 3, Start: at(start), End: at(end), Leader: redlock.Leader{Term: term, Value: value}}
+	}
+	good := []history.Read{
+		read(10, 20, 10, "a"),
+		read(90, 110, 10, "a'"), // began before term 10's Resign returned
+		read(95, 99, 20, "b"),   // term 20's Campaign had begun
+		read(10, 20, 99, "z"),   // a term no Campaign returned: not checked
+	}
+	if got := history.Stale(terms[:2], good); len(got) != 0 {
+		t.Fatalf("a good history: %q", got)
+	}
+	bad := []history.Read{
+		read(101, 110, 10, "a"), // after term 10's Resign returned
+		read(10, 40, 20, "b"),   // before term 20's Campaign began
+		read(110, 120, 20, "a"), // a value term 20 never announced
+	}
+	if got := history.Stale(terms, bad); len(got) != 4 {
+		t.Fatalf("want the term order and the three reads, got %d: %q", len(got), got)
 	}
 }

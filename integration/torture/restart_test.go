@@ -13,8 +13,9 @@ import (
 // TestHistoriesAcrossNodeRestarts runs histories (every fault kind) while
 // the cluster restarts real nodes, one at a time, without persistence and
 // delayed past the longest TTL, as the Redlock description requires: the
-// clients' connections break, the nodes come back empty, and exclusion
-// and the semaphore's permits must hold. The other oracles are printed.
+// clients' connections break, the nodes come back empty, and exclusion,
+// the semaphore's permits and the election's terms must hold. The other
+// oracles are printed.
 func TestHistoriesAcrossNodeRestarts(t *testing.T) {
 	budget, err := time.ParseDuration(env("HISTORY_RESTART_BUDGET", "8s"))
 	if err != nil {
@@ -42,7 +43,7 @@ func TestHistoriesAcrossNodeRestarts(t *testing.T) {
 		}
 	}()
 	o := history.Options{Budget: budget, Concurrency: 4, FirstSeed: time.Now().UnixNano() % 1e12, Log: os.Stdout, LogLimit: 2,
-		Fatal: oracles(t, "exclusion,permits"), Print: oracles(t, "release,leftover,starvation")}
+		Fatal: oracles(t, "exclusion,permits,leader"), Print: oracles(t, "release,leftover,starvation")}
 	sum, failed := history.RunMany(context.Background(), shared, cfg, o)
 	stop()
 	wg.Wait()
