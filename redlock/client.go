@@ -168,6 +168,9 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.copies != 0 {
+		return nil, fmt.Errorf("%w: WithCopies is an option of DialCluster only", ErrInvalid)
+	}
 	n := len(nodes)
 	if n == 0 {
 		return nil, fmt.Errorf("%w: no nodes", ErrInvalid)

@@ -25,6 +25,7 @@ type config struct {
 	retry       RetryStrategy
 	maxWait     time.Duration // Lock gives up after this long; 0: no limit
 	quorum      int           // 0: majority; checked against N in newClient
+	copies      int           // DialCluster's copies per lock (WithCopies); 0: its default
 	prefix      string
 	logger      *slog.Logger
 	clock       clock.Clock

@@ -1,0 +1,115 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/redlock/node"
+)
+
+// Locks on one Redis Cluster (docs/CLUSTER.md): each lock has copies on
+// distinct masters, copy i in a slot master i serves (node.FollowSlot
+// with a hash tag of master i's, node.TagFor), and a majority of copies is the
+// quorum, as a majority of independent masters is for Dial.
+
+// maxCopies is DialCluster's number of copies when WithCopies does not
+// say: every master, up to five.
+const maxCopies = 5
+
+// WithCopies sets how many copies of each lock DialCluster places, on
+// that many distinct masters: odd, at least 3, at most the cluster's
+// masters. Default: the number of masters, at most 5 (an even number of
+// masters gives one fewer). Only DialCluster takes it: ErrInvalid from
+// New, Dial and a lock's options.
+func WithCopies(n int) Option {
+	return clientOnly("WithCopies", func(c *config) { c.copies = n })
+}
+
+// DialCluster connects through the first of seeds (node URLs, as Dial
+// takes them) that answers, reads the cluster's masters and their slots
+// (CLUSTER SLOTS), and returns a client whose locks have copies on
+// distinct masters, copy i in a slot that master i serves, so that every
+// script of a lock runs in one slot; its quorum is a majority of copies.
+// Every feature of a Dial client works on it. Each copy follows its
+// slot to the master that serves it after a failover or a resharding
+// (node.FollowSlot); the copies' masters are chosen when it dials, so a
+// master added later is not used (see docs/CLUSTER.md). Errors wrap
+// ErrInvalid (no seeds, a bad URL, fewer than 3 masters, bad copies, a
+// server not in cluster mode), or the node error of the last seed tried.
+func DialCluster(seeds []string, opts ...Option) (*Client, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("%w: no cluster seeds", ErrInvalid)
+	}
+	eps := make([]node.Endpoint, len(seeds))
+	for i, u := range seeds {
+		ep, err := node.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("redlock: seed[%d]: %w", i, err)
+		}
+		eps[i] = ep
+	}
+	nopts := cfg.nodeOptions
+	if own := cmp.Or(nopts.Timeout, time.Second); cfg.maxTimeout() > own {
+		nopts.Timeout = cfg.maxTimeout()
+	}
+	var masters []node.Master
+	var err error
+	for _, ep := range eps {
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(nopts.Timeout, time.Second))
+		masters, err = node.ClusterMasters(ctx, ep, nopts)
+		cancel()
+		if err == nil || errors.Is(err, node.ErrNotCluster) || node.Permanent(err) {
+			break
+		}
+	}
+	if errors.Is(err, node.ErrNotCluster) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redlock: cluster: %w", err)
+	}
+	copies, err := cfg.placeCopies(len(masters))
+	if err != nil {
+		return nil, err
+	}
+	known := make([]node.Endpoint, len(masters))
+	for i, m := range masters {
+		known[i] = m.Endpoint
+	}
+	nodes := make([]node.Node, copies)
+	for i, m := range masters[:copies] {
+		nodes[i] = node.FollowSlot(m.Endpoint, node.TagFor(m.Slots), known, nopts)
+	}
+	cfg.copies, cfg.only = 0, ""
+	c, err := newClient(nodes, cfg, true)
+	if err != nil {
+		closeAll(nodes)
+		return nil, err
+	}
+	return c, nil
+}
+
+// placeCopies returns the number of copies for a cluster of n masters.
+func (c *config) placeCopies(n int) (int, error) {
+	if n < 3 {
+		return 0, fmt.Errorf("%w: a cluster of %d masters: copies on distinct masters need at least 3", ErrInvalid, n)
+	}
+	k := c.copies
+	if k == 0 {
+		k = min(n, maxCopies)
+		if k%2 == 0 {
+			k--
+		}
+	}
+	if k < 3 || k%2 == 0 || k > n {
+		return 0, fmt.Errorf("%w: WithCopies(%d): copies must be odd, at least 3 and at most the cluster's %d masters", ErrInvalid, k, n)
+	}
+	return k, nil
+}
