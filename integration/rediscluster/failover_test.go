@@ -1,0 +1,150 @@
+package rediscluster_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/redlock/integration/checker"
+	"github.com/quorumlock/redlock/integration/cluster"
+	"github.com/quorumlock/redlock/node"
+	"github.com/quorumlock/redlock/redlock"
+)
+
+// promoted waits until node i of rc reports itself a master.
+func promoted(t *testing.T, rc *cluster.RedisCluster, i int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		role, err := rc.Role(context.Background(), i)
+		return err == nil && role == "master"
+	}, 30*time.Second, 50*time.Millisecond, "node %d promoted", i)
+}
+
+// holds reports whether node i of rc holds a copy of key.
+func holds(rc *cluster.RedisCluster, i int, key string) bool {
+	for _, k := range keysOn(rc, i, "{*}"+key) {
+		if strings.HasSuffix(k, "}"+key) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestClusterFailover: a cluster of 3 masters with a replica each. Master
+// 0 is killed: locks are granted at once (two copies of three), a lock
+// held across the failover gets its copy back on the promoted replica by
+// Extend, and new locks place copy 0 there. Then clients contend while
+// master 1 is killed: the checker finds no overlap.
+func TestClusterFailover(t *testing.T) {
+	ctx := context.Background()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rc, err := cluster.StartRedisCluster(sctx, 3, 1)
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	c := dial(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
+
+	k := key(t, rc)
+	held, err := c.Lock(ctx, k)
+	require.NoError(t, err)
+	require.True(t, holds(rc, 0, k), "copy 0 on master 0")
+
+	require.NoError(t, rc.Kill(ctx, 0))
+	l, err := c.Lock(ctx, k+":during")
+	require.NoError(t, err, "two copies of three grant it while master 0 is down")
+	require.NoError(t, l.Unlock(ctx))
+
+	promoted(t, rc, 3) // master 0's replica
+	require.Eventually(t, func() bool {
+		return held.Extend(ctx, 5*time.Second) == nil && holds(rc, 3, k)
+	}, 10*time.Second, 100*time.Millisecond, "the held lock's copy 0 is on the promoted replica after Extend")
+	require.Eventually(t, func() bool {
+		l, err := c.Lock(ctx, k+":after")
+		if err != nil {
+			return false
+		}
+		on := holds(rc, 3, k+":after")
+		_ = l.Unlock(ctx)
+		return on
+	}, 10*time.Second, 100*time.Millisecond, "new locks place copy 0 on the promoted replica")
+	require.NoError(t, held.Unlock(ctx))
+
+	// Contention across a failover: three clients, master 1 killed.
+	clients := []*redlock.Client{c,
+		dial(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond)),
+		dial(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))}
+	hot := k + ":hot"
+	var chk checker.Checker
+	stop := time.Now().Add(6 * time.Second)
+	var wg sync.WaitGroup
+	grants := make([]int, len(clients))
+	for w, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				lctx, cancel := context.WithDeadline(ctx, stop)
+				l, err := cl.Lock(lctx, hot)
+				cancel()
+				if err != nil {
+					continue
+				}
+				grants[w]++
+				h := chk.Begin(w, l.Key(), l.Token(), time.Now(), l.Until())
+				time.Sleep(5 * time.Millisecond)
+				h.End(time.Now())
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	require.NoError(t, rc.Kill(ctx, 1))
+	wg.Wait()
+	require.Empty(t, chk.Overlaps(), chk.Report())
+	for w, n := range grants {
+		assert.Positive(t, n, "client %d held the lock", w)
+	}
+	t.Logf("grants per client across the failover: %v", grants)
+}
+
+// TestClusterReshardingAHeldLocksSlot: the slot of a held lock's copy 0
+// moves, keys and all, from master 0 to master 1. The copy follows the
+// MOVED reply: Extend and Unlock still succeed, and the copy is extended
+// and released on master 1.
+func TestClusterReshardingAHeldLocksSlot(t *testing.T) {
+	ctx := context.Background()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rc, err := cluster.StartRedisCluster(sctx, 3, 0)
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	c := dial(t, rc)
+	k := key(t, rc)
+	l, err := c.Lock(ctx, k)
+	require.NoError(t, err)
+	require.True(t, holds(rc, 0, k))
+
+	tag := "{" + node.TagFor([]node.SlotRange{{First: 0, Last: 16384/3 - 1}}) + "}" // master 0's: copy 0's
+	require.NoError(t, rc.MoveSlot(ctx, node.Slot(tag), 0, 1))
+	require.False(t, holds(rc, 0, k), "the copy left master 0")
+	require.True(t, holds(rc, 1, k), "the copy is on master 1")
+
+	require.NoError(t, l.Extend(ctx, 20*time.Second), "two copies of three at least")
+	require.Eventually(t, func() bool {
+		if l.Extend(ctx, 30*time.Second) != nil {
+			return false
+		}
+		a := rc.Admin(1)
+		defer a.Close()
+		v, err := a.Command(ctx, "PTTL", tag+k)
+		ms, _ := v.(int64)
+		return err == nil && ms > 20000
+	}, 5*time.Second, 50*time.Millisecond, "copy 0 extended on master 1 (it followed the MOVED reply)")
+	require.NoError(t, l.Unlock(ctx))
+	require.False(t, holds(rc, 1, k), "both copies on master 1 released")
+}
