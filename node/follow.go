@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -11,7 +10,7 @@ import (
 	"time"
 )
 
-// A copy of a lock on one master of a Redis Cluster (see InSlot) follows
+// A copy of a lock on one master of a Redis Cluster (FollowSlot) follows
 // its slot when the slot changes hands: a MOVED reply names the slot's
 // new master, and a master that stops answering (killed, cut off, in a
 // failover) makes the copy ask the cluster who serves the slot now. The
@@ -47,7 +46,7 @@ type follower struct {
 
 	mu     sync.Mutex
 	last   time.Time // the last topology read began
-	old    []Full    // masters moved away from, closed at Close
+	old    []*Redis  // masters moved away from, closed at Close
 	closed bool
 	wg     sync.WaitGroup // topology reads under way
 }
@@ -55,7 +54,7 @@ type follower struct {
 // after looks at a call's error on n: a MOVED for the copy's slot moves
 // it at once; a master that could not be reached makes it read the
 // topology (in the background, at most once every refreshEvery).
-func (f *follower) after(n Full, err error) {
+func (f *follower) after(n *Redis, err error) {
 	switch {
 	case err == nil:
 	case movedTo(err, f.slot) != "":
@@ -82,7 +81,7 @@ func movedTo(err error, slot int) string {
 
 // moveTo makes addr the copy's master, unless the copy has moved from n
 // already or is there.
-func (f *follower) moveTo(from Full, addr string) {
+func (f *follower) moveTo(from *Redis, addr string) {
 	host, port, err := net.SplitHostPort(addr)
 	p, perr := strconv.Atoi(port)
 	if err != nil || perr != nil {
@@ -157,12 +156,8 @@ func (f *follower) close() error {
 	f.wg.Wait()
 	var errs []error
 	for _, n := range old {
-		if c, ok := n.(io.Closer); ok {
-			errs = append(errs, c.Close())
-		}
+		errs = append(errs, n.Close())
 	}
-	if c, ok := f.s.cur.Load().n.(io.Closer); ok {
-		errs = append(errs, c.Close())
-	}
+	errs = append(errs, f.s.cur.Load().n.Close())
 	return errors.Join(errs...)
 }

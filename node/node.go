@@ -186,10 +186,13 @@ func (k *Key) boxedWaiters() any {
 // Boxed returns Name and Token as interface values: those NewKey made, or
 // new ones for a Key written as a literal.
 func (k *Key) Boxed() (name, token any) {
-	if k.name == nil {
-		return k.Name, k.Token
+	switch {
+	case k.name != nil:
+		return k.name, k.token
+	case k.token != nil: // a copy under other names (FollowSlot's)
+		return k.Name, k.token
 	}
-	return k.name, k.token
+	return k.Name, k.Token
 }
 
 // Node is one independent Redis master seen as a lock store: the minimum

@@ -9,7 +9,7 @@ import (
 // is kept in a slot that master serves: its keys (the lock key, its
 // queue, its fence counter, its record and tombstones, all named after
 // the lock key) start with one hash tag, "{tag}", whose slot is the
-// master's, so that every script's keys share one slot (see InSlot).
+// master's, so that every script's keys share one slot (see FollowSlot).
 
 // Slots is the number of hash slots of a Redis Cluster.
 const Slots = 16384

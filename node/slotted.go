@@ -2,79 +2,59 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
 )
 
-// Full is a Node with every optional capability a lock client looks for:
-// a queue and handoff, fencing, shared holds, release notifications,
-// elections' records and inspection. Both drivers of this module (Redis
-// and the goredis module's node) are one.
-type Full interface {
-	Node
-	Handoffer
-	Fencer
-	Sharer
-	Watcher
-	Announcer
-	Inspector
-}
-
-// InSlot returns n with every key it is given kept under the hash tag
-// "{tag}": a lock's copy on one master of a Redis Cluster, in a slot that
-// master serves (see TagFor), so that the keys of each script (a lock
-// key and those named after it) share one slot. n must be a Full
-// (ErrUnsupported otherwise): a wrapper that offered a capability its
-// node lacks would be sent commands it cannot run. LastLate and Close
-// are forwarded when n has them; Addr is n's.
-func InSlot(n Node, tag string) (Node, error) {
-	f, ok := n.(Full)
-	if !ok || tag == "" {
-		return nil, fmt.Errorf("node %s: %w: InSlot needs a node with every capability and a tag", n.Addr(), ErrUnsupported)
-	}
-	s := &slotted{pre: "{" + tag + "}"}
-	s.cur.Store(&current{n: f, addr: n.Addr()})
-	return s, nil
-}
-
-// slotted is InSlot's and FollowSlot's node.
+// slotted is FollowSlot's node: a lock's copy on one master of a Redis
+// Cluster, every key it is given kept under the hash tag "{tag}", in a
+// slot that master serves (see TagFor), so that the keys of each script
+// (a lock key and those named after it) share one slot.
 type slotted struct {
 	cur    atomic.Pointer[current] // the master the copy's calls go to
 	pre    string                  // "{tag}"
-	follow *follower               // FollowSlot's; nil for InSlot's
+	follow *follower
 }
 
-// current is a copy's master.
+// current is a copy's master. A *Redis, not an interface: a Key passed
+// to its methods stays on the caller's stack (they keep only what it
+// points to), so the tagged copy of each call's Key costs no allocation.
 type current struct {
-	n    Full
+	n    *Redis
 	addr string
 }
 
 // after hands a call's error on c to the follower.
 func (s *slotted) after(c *current, err error) {
-	if err != nil && s.follow != nil {
+	if err != nil {
 		s.follow.after(c.n, err)
 	}
 }
 
 var (
-	_ Full         = (*slotted)(nil)
+	_ Node         = (*slotted)(nil)
+	_ Handoffer    = (*slotted)(nil)
+	_ Fencer       = (*slotted)(nil)
+	_ Sharer       = (*slotted)(nil)
+	_ Watcher      = (*slotted)(nil)
+	_ Announcer    = (*slotted)(nil)
+	_ Inspector    = (*slotted)(nil)
 	_ LateAnswerer = (*slotted)(nil)
 	_ io.Closer    = (*slotted)(nil)
 )
 
-// key is k with its names under the tag. The boxed values NewKey made
-// are of the untagged names: the driver boxes the new ones.
-func (s *slotted) key(k *Key) *Key {
+// key is k with its names under the tag. The boxed names NewKey made
+// are of the untagged names: the driver boxes the new ones (the token
+// stays as boxed).
+func (s *slotted) key(k *Key) Key {
 	kc := *k
 	kc.Name = s.pre + k.Name
 	if kc.Queue != "" {
 		kc.Queue = s.pre + kc.Queue
 	}
-	kc.name, kc.token, kc.waiters, kc.readers = nil, nil, nil, nil
-	return &kc
+	kc.name, kc.waiters, kc.readers = nil, nil, nil
+	return kc
 }
 
 // Addr returns the address of the copy's master.
@@ -82,70 +62,81 @@ func (s *slotted) Addr() string { return s.cur.Load().addr }
 
 func (s *slotted) Acquire(ctx context.Context, k *Key, ttl time.Duration, holderTTL bool) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.Acquire(ctx, s.key(k), ttl, holderTTL)
+	kk := s.key(k)
+	res, err := c.n.Acquire(ctx, &kk, ttl, holderTTL)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.Extend(ctx, s.key(k), ttl)
+	kk := s.key(k)
+	res, err := c.n.Extend(ctx, &kk, ttl)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) Release(ctx context.Context, k *Key, announce bool) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.Release(ctx, s.key(k), announce)
+	kk := s.key(k)
+	res, err := c.n.Release(ctx, &kk, announce)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.Transfer(ctx, s.key(from), s.key(to), ttl)
+	kfrom := s.key(from)
+	kto := s.key(to)
+	res, err := c.n.Transfer(ctx, &kfrom, &kto, ttl)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) Leave(ctx context.Context, k *Key) error {
 	c := s.cur.Load()
-	err := c.n.Leave(ctx, s.key(k))
+	kk := s.key(k)
+	err := c.n.Leave(ctx, &kk)
 	s.after(c, err)
 	return err
 }
 
 func (s *slotted) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.AcquireFenced(ctx, s.key(k), ttl, counterTTL)
+	kk := s.key(k)
+	res, err := c.n.AcquireFenced(ctx, &kk, ttl, counterTTL)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTTL time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.ConfirmFence(ctx, s.key(k), fence, counterTTL)
+	kk := s.key(k)
+	res, err := c.n.ConfirmFence(ctx, &kk, fence, counterTTL)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.AcquireShared(ctx, s.key(k), ttl, wait)
+	kk := s.key(k)
+	res, err := c.n.AcquireShared(ctx, &kk, ttl, wait)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.ExtendShared(ctx, s.key(k), ttl)
+	kk := s.key(k)
+	res, err := c.n.ExtendShared(ctx, &kk, ttl)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) ReleaseShared(ctx context.Context, k *Key, announce bool) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.ReleaseShared(ctx, s.key(k), announce)
+	kk := s.key(k)
+	res, err := c.n.ReleaseShared(ctx, &kk, announce)
 	s.after(c, err)
 	return res, err
 }
@@ -156,14 +147,16 @@ func (s *slotted) Watch(key, owner string, released chan<- struct{}) Watch {
 
 func (s *slotted) Announce(ctx context.Context, k *Key, text string, ttl time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.Announce(ctx, s.key(k), text, ttl)
+	kk := s.key(k)
+	res, err := c.n.Announce(ctx, &kk, text, ttl)
 	s.after(c, err)
 	return res, err
 }
 
 func (s *slotted) ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counterTTL time.Duration, text string, ttl time.Duration) (Result, error) {
 	c := s.cur.Load()
-	res, err := c.n.ConfirmAnnounce(ctx, s.key(k), fence, counterTTL, text, ttl)
+	kk := s.key(k)
+	res, err := c.n.ConfirmAnnounce(ctx, &kk, fence, counterTTL, text, ttl)
 	s.after(c, err)
 	return res, err
 }
@@ -183,18 +176,9 @@ func (s *slotted) Inspect(ctx context.Context, key string) (Info, error) {
 }
 
 func (s *slotted) LastLate() (time.Time, time.Duration) {
-	if la, ok := s.cur.Load().n.(LateAnswerer); ok {
-		return la.LastLate()
-	}
-	return time.Time{}, 0
+	return s.cur.Load().n.LastLate()
 }
 
 func (s *slotted) Close() error {
-	if s.follow != nil {
-		return s.follow.close()
-	}
-	if c, ok := s.cur.Load().n.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
+	return s.follow.close()
 }
