@@ -393,6 +393,7 @@ var releaseSHA = redis.NewScript(1, releaseSrc).Hash()
 // report.
 type raw struct {
 	pools   []*redis.Pool
+	tags    []string // per node, a hash tag put before the key (a cluster's copies placed by hand); nil: none
 	quorum  int
 	timeout time.Duration
 	ttl     time.Duration
@@ -454,6 +455,9 @@ func (r *raw) call(ctx context.Context, f *fan, i int, release bool, key, token 
 }
 
 func (r *raw) one(ctx context.Context, i int, release bool, key, token string) bool {
+	if r.tags != nil {
+		key = r.tags[i] + key
+	}
 	conn, err := r.pools[i].GetContext(ctx)
 	if err != nil {
 		return false

@@ -88,7 +88,7 @@ func main() {
 		fault   = flag.Int("fault-node", 4, "index of the node that gets the latency or the blackhole")
 		faultW  = flag.Int("fault-workers", 1, "goroutines in the latency and blackholed scenarios")
 		maxTime = flag.Duration("max", 0, "watchdog: abort after this long (default 20m, quick 6m)")
-		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run ("+strings.Join(scenarioIDs(), ",")+",shared,election); default all")
+		only    = flag.String("scenarios", "", "comma-separated subset of scenarios to run ("+strings.Join(scenarioIDs(), ",")+",shared,election,cluster); default all")
 		setups  = flag.String("setups", "", "comma-separated subset of set-ups to run (direct: no proxies; proxied: all nodes behind proxies; mixed: only the faulty node behind one); default all")
 		before  = flag.String("before", "results/before-ccc0598.md", "report of an earlier run (its own harness) to compare with; skipped when missing")
 		profDir = flag.String("allocprofile", "", "after the scenarios, write per-contender allocation profiles (MemProfileRate=1, direct nodes) to this directory")
@@ -279,6 +279,14 @@ func run(p params, out string, watchdog time.Duration) int {
 			logf("election pass failed: %v", err)
 		}
 	}
+	var cr *clusterRes
+	if ctx.Err() == nil && (p.only == nil || p.only["cluster"]) && (p.setups == nil || p.setups["direct"]) {
+		logf("cluster pass")
+		var err error
+		if cr, err = b.clusterPass(); err != nil {
+			logf("cluster pass failed: %v", err)
+		}
+	}
 	var sites []allocSite
 	if ctx.Err() == nil {
 		var err error
@@ -304,6 +312,11 @@ func run(p params, out string, watchdog time.Duration) int {
 	if er != nil {
 		var sb strings.Builder
 		renderElection(&sb, er)
+		report += sb.String()
+	}
+	if cr != nil {
+		var sb strings.Builder
+		renderCluster(&sb, cr)
 		report += sb.String()
 	}
 	fmt.Print(report)
