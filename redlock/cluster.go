@@ -40,20 +40,63 @@ func WithCopies(n int) Option {
 // ErrInvalid (no seeds, a bad URL, fewer than 3 masters, bad copies, a
 // server not in cluster mode), or the node error of the last seed tried.
 func DialCluster(seeds []string, opts ...Option) (*Client, error) {
+	cfg, nopts, copies, known, err := placeCluster(seeds, opts)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]node.Node, len(copies))
+	for i, cp := range copies {
+		nodes[i] = node.FollowSlot(cp.Master, cp.Tag, known, nopts)
+	}
+	cfg.copies, cfg.only = 0, ""
+	c, err := newClient(nodes, cfg, true)
+	if err != nil {
+		closeAll(nodes)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Copy is where a DialCluster client keeps one copy of every lock: on a
+// master, under a hash tag whose slot that master serves.
+type Copy struct {
+	Master node.Endpoint // the master, with the seed's credentials
+	Tag    string        // the lock key name is "{" + Tag + "}" + name there
+	Slot   int           // the tag's hash slot
+}
+
+// ClusterCopies reads the cluster through seeds as DialCluster does and
+// returns where a client dialled with the same options places each
+// lock's copies now, in copy order; it keeps no connection. Errors are
+// DialCluster's.
+func ClusterCopies(seeds []string, opts ...Option) ([]Copy, error) {
+	_, _, copies, _, err := placeCluster(seeds, opts)
+	return copies, err
+}
+
+// placeCluster is DialCluster's and ClusterCopies' common part: the
+// client's config, its nodes' options, the copies, and every master.
+func placeCluster(seeds []string, opts []Option) (config, node.Options, []Copy, []node.Endpoint, error) {
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
 	}
+	fail := func(err error) (config, node.Options, []Copy, []node.Endpoint, error) {
+		return cfg, node.Options{}, nil, nil, err
+	}
 	if len(seeds) == 0 {
-		return nil, fmt.Errorf("%w: no cluster seeds", ErrInvalid)
+		return fail(fmt.Errorf("%w: no cluster seeds", ErrInvalid))
 	}
 	eps := make([]node.Endpoint, len(seeds))
 	for i, u := range seeds {
 		ep, err := node.ParseURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("redlock: seed[%d]: %w", i, err)
+			return fail(fmt.Errorf("redlock: seed[%d]: %w", i, err))
 		}
 		eps[i] = ep
+	}
+	if err := cfg.check(); err != nil {
+		return fail(err)
 	}
 	nopts := cfg.nodeOptions
 	if own := cmp.Or(nopts.Timeout, time.Second); cfg.maxTimeout() > own {
@@ -70,30 +113,25 @@ func DialCluster(seeds []string, opts ...Option) (*Client, error) {
 		}
 	}
 	if errors.Is(err, node.ErrNotCluster) {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fail(fmt.Errorf("%w: %w", ErrInvalid, err))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redlock: cluster: %w", err)
+		return fail(fmt.Errorf("redlock: cluster: %w", err))
 	}
-	copies, err := cfg.placeCopies(len(masters))
+	n, err := cfg.placeCopies(len(masters))
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	known := make([]node.Endpoint, len(masters))
 	for i, m := range masters {
 		known[i] = m.Endpoint
 	}
-	nodes := make([]node.Node, copies)
-	for i, m := range masters[:copies] {
-		nodes[i] = node.FollowSlot(m.Endpoint, node.TagFor(m.Slots), known, nopts)
+	copies := make([]Copy, n)
+	for i, m := range masters[:n] {
+		tag := node.TagFor(m.Slots)
+		copies[i] = Copy{Master: m.Endpoint, Tag: tag, Slot: node.Slot("{" + tag + "}")}
 	}
-	cfg.copies, cfg.only = 0, ""
-	c, err := newClient(nodes, cfg, true)
-	if err != nil {
-		closeAll(nodes)
-		return nil, err
-	}
-	return c, nil
+	return cfg, nopts, copies, known, nil
 }
 
 // placeCopies returns the number of copies for a cluster of n masters.

@@ -12,6 +12,8 @@ import (
 
 const leaderTrailer = `environment:
   REDLOCK_NODES   node URLs, comma-separated, when --nodes is not given
+  REDLOCK_CLUSTER a Redis Cluster's node URLs, when neither --nodes,
+                  --cluster nor REDLOCK_NODES is given
 
 exit codes:
   0    a leader was printed (--watch: interrupted)
@@ -37,12 +39,7 @@ func leaderMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fs.Usage()
 		return exitUsage
 	}
-	urls, err := nf.urls()
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock leader: %v\n", err)
-		return exitUsage
-	}
-	c, err := redlock.Dial(urls, nf.options()...)
+	c, err := nf.dial(nf.options())
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock leader: %v\n", err)
 		return exitUsage

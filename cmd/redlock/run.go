@@ -43,6 +43,8 @@ the lock held by someone else, SIGTERM at once and SIGKILL after --grace.
 
 environment:
   REDLOCK_NODES   node URLs, comma-separated, when --nodes is not given
+  REDLOCK_CLUSTER a Redis Cluster's node URLs, when neither --nodes,
+                  --cluster nor REDLOCK_NODES is given
 
 exit codes:
   the command's   its exit status, or 128+N when signal N ended it
@@ -125,12 +127,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "redlock run:", bad)
 		return exitUsage
 	}
-	urls, err := nf.urls()
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock run: %v\n", err)
-		return exitUsage
-	}
-	c, err := redlock.Dial(urls, nf.options()...)
+	c, err := nf.dial(nf.options())
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock run: %v\n", err)
 		return exitUsage

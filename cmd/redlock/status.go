@@ -17,6 +17,8 @@ import (
 
 const statusTrailer = `environment:
   REDLOCK_NODES   node URLs, comma-separated, when --nodes is not given
+  REDLOCK_CLUSTER a Redis Cluster's node URLs, when neither --nodes,
+                  --cluster nor REDLOCK_NODES is given
 
 exit codes:
   0    free: a majority of the nodes answered and do not hold the key
@@ -35,6 +37,7 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	var nf nodeFlags
 	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated node URLs: redis://[user:password@]host:port[/db], rediss:// for TLS\n(default $"+envNodes+")")
+	nf.registerCluster(fs)
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for each node")
 	permits := fs.Int("permits", 0, "show the `N` permits of the semaphore KEY, one line each")
 	fs.Usage = usageFunc(fs, "redlock status [flags] KEY",
@@ -48,7 +51,7 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitUsage
 	}
 	key := fs.Arg(0)
-	eps, err := nf.endpoints()
+	ts, err := nf.targets(*timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock status: %v\n", err)
 		return exitUsage
@@ -58,22 +61,22 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitUsage
 	}
 	if *permits > 0 {
-		return permitStatus(ctx, eps, key, *permits, *timeout, stdout)
+		return permitStatus(ctx, ts, key, *permits, *timeout, stdout)
 	}
-	infos, errs := inspect(ctx, eps, key, *timeout)
+	infos, errs := inspect(ctx, ts, key, *timeout)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tTOKEN\tTTL")
 	held := map[string]int{}
 	answered, free := 0, 0
-	for i, ep := range eps {
+	for i, t := range ts {
 		switch {
 		case errs[i] != nil:
-			fmt.Fprintf(tw, "%s\terror (%s)\t%v\t\n", ep.Addr(), node.KindOf(errs[i]), errs[i])
+			fmt.Fprintf(tw, "%s\terror (%s)\t%v\t\n", t.label, node.KindOf(errs[i]), errs[i])
 		case infos[i].Token == "":
 			answered++
 			free++
-			fmt.Fprintf(tw, "%s\tfree\t\t\n", ep.Addr())
+			fmt.Fprintf(tw, "%s\tfree\t\t\n", t.label)
 		default:
 			answered++
 			held[infos[i].Token]++
@@ -88,51 +91,51 @@ func statusMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			} else if infos[i].Token == node.SharedValue {
 				state, tok = "shared", fmt.Sprintf("%d readers", infos[i].Readers)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.Addr(), state, tok, ttl)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.label, state, tok, ttl)
 		}
 	}
 	tw.Flush()
 
-	need := quorum.Majority(len(eps))
+	need := quorum.Majority(len(ts))
 	for tok, n := range held {
 		if n < need {
 			continue
 		}
 		if w, ok := reservation(tok); ok {
-			fmt.Fprintf(stdout, "%q is being handed to waiter %s (reserved on %d of %d nodes)\n", key, w, n, len(eps))
+			fmt.Fprintf(stdout, "%q is being handed to waiter %s (reserved on %d of %d nodes)\n", key, w, n, len(ts))
 		} else if tok == node.SharedValue {
-			fmt.Fprintf(stdout, "%q is held shared by readers on a majority (%d of %d nodes)\n", key, n, len(eps))
+			fmt.Fprintf(stdout, "%q is held shared by readers on a majority (%d of %d nodes)\n", key, n, len(ts))
 		} else {
-			fmt.Fprintf(stdout, "%q is held by a majority (%d of %d nodes) with token %s\n", key, n, len(eps), shortToken(tok))
+			fmt.Fprintf(stdout, "%q is held by a majority (%d of %d nodes) with token %s\n", key, n, len(ts), shortToken(tok))
 		}
 		return exitHeld
 	}
 	switch {
 	case free >= need:
-		fmt.Fprintf(stdout, "%q is free (%d of %d nodes answered)\n", key, answered, len(eps))
+		fmt.Fprintf(stdout, "%q is free (%d of %d nodes answered)\n", key, answered, len(ts))
 		return exitOK
 	case answered < need:
-		fmt.Fprintf(stdout, "%q: unreachable nodes: only %d of %d answered, %d needed\n", key, answered, len(eps), need)
+		fmt.Fprintf(stdout, "%q: unreachable nodes: only %d of %d answered, %d needed\n", key, answered, len(ts), need)
 		return exitUnavailable
 	}
-	fmt.Fprintf(stdout, "%q is split: held on %d of %d nodes, by no majority\n", key, answered-free, len(eps))
+	fmt.Fprintf(stdout, "%q is split: held on %d of %d nodes, by no majority\n", key, answered-free, len(ts))
 	return exitSplit
 }
 
 // inspect reads key on every node in parallel.
-func inspect(ctx context.Context, eps []node.Endpoint, key string, timeout time.Duration) ([]node.Info, []error) {
-	infos := make([]node.Info, len(eps))
-	errs := make([]error, len(eps))
+func inspect(ctx context.Context, ts []target, key string, timeout time.Duration) ([]node.Info, []error) {
+	infos := make([]node.Info, len(ts))
+	errs := make([]error, len(ts))
 	var wg sync.WaitGroup
-	for i, ep := range eps {
+	for i, t := range ts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n := node.New(ep, node.Options{Timeout: timeout})
+			n := node.New(t.ep, node.Options{Timeout: timeout})
 			defer n.Close()
 			ictx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			infos[i], errs[i] = n.Inspect(ictx, key)
+			infos[i], errs[i] = n.Inspect(ictx, t.pre+key)
 		}()
 	}
 	wg.Wait()
@@ -141,21 +144,21 @@ func inspect(ctx context.Context, eps []node.Endpoint, key string, timeout time.
 
 // permitStatus shows the permits of the semaphore name, one line each:
 // the token that holds it on a majority, or free, or split.
-func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits int, timeout time.Duration, stdout io.Writer) int {
-	need := quorum.Majority(len(eps))
+func permitStatus(ctx context.Context, ts []target, name string, permits int, timeout time.Duration, stdout io.Writer) int {
+	need := quorum.Majority(len(ts))
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PERMIT\tKEY\tSTATE\tTOKEN\tNODES")
 	held, free, unknown := 0, 0, 0
-	cells := make([][]string, len(eps)) // per node, per permit: what the node holds
+	cells := make([][]string, len(ts)) // per node, per permit: what the node holds
 	for i := range permits {
 		key := redlock.PermitKey(name, i)
-		infos, errs := inspect(ctx, eps, key, timeout)
-		for j := range eps {
+		infos, errs := inspect(ctx, ts, key, timeout)
+		for j := range ts {
 			cells[j] = append(cells[j], nodeCell(infos[j], errs[j]))
 		}
 		answered, nfree := 0, 0
 		tokens := map[string]int{}
-		for j := range eps {
+		for j := range ts {
 			switch {
 			case errs[j] != nil:
 			case infos[j].Token == "":
@@ -187,7 +190,7 @@ func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits
 		default:
 			held++ // split: not free either
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d of %d\n", i, key, state, tok, nodes, len(eps))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d of %d\n", i, key, state, tok, nodes, len(ts))
 	}
 	tw.Flush()
 	// The holders per node: a permit's row says what a majority holds.
@@ -198,8 +201,8 @@ func permitStatus(ctx context.Context, eps []node.Endpoint, name string, permits
 		fmt.Fprintf(tw, "\tPERMIT %d", i)
 	}
 	fmt.Fprintln(tw)
-	for j, ep := range eps {
-		fmt.Fprintf(tw, "%s\t%s\n", ep.Addr(), strings.Join(cells[j], "\t"))
+	for j, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\n", t.label, strings.Join(cells[j], "\t"))
 	}
 	tw.Flush()
 	switch {
