@@ -58,6 +58,16 @@ func (f *fake) ReleaseShared(_ context.Context, k *node.Key, _ bool) (node.Resul
 	return f.done(k)
 }
 func (f *fake) Watch(string, string, chan<- struct{}) node.Watch { return nil }
+func (f *fake) Announce(_ context.Context, k *node.Key, _ string, _ time.Duration) (node.Result, error) {
+	return f.done(k)
+}
+func (f *fake) ConfirmAnnounce(_ context.Context, k *node.Key, _ int64, _ time.Duration, _ string, _ time.Duration) (node.Result, error) {
+	return f.done(k)
+}
+func (f *fake) InspectAnnounce(_ context.Context, key string) (node.Announced, error) {
+	_, err := f.done(&node.Key{Name: key})
+	return node.Announced{}, err
+}
 
 func TestDecideReplaysTheSameScheduleForTheSameSeed(t *testing.T) {
 	s := faultnode.Schedule{Seed: 42, Delay: 0.1, LostReply: 0.05, LostCommand: 0.05, Late: 0.05,
