@@ -18,13 +18,15 @@ import (
 // the lock's keys there until the lock's next extend re-seeds them, as
 // after a node's restart without persistence.
 
-// FollowSlot returns a copy in the slot of tag, on the master that
-// serves it now (first: at), that follows the slot when it changes
-// hands: it asks the masters in known (and the slot's latest master)
-// for the cluster's slots at most once every refreshEvery, after a call
-// that failed to reach its master, and moves at once on a MOVED reply
-// for its slot. Every master is made by New(endpoint, opts), with at's
-// credentials, TLS and database. Close closes them all.
+// FollowSlot returns a lock's copy on one master of a Redis Cluster:
+// every key it is given is kept under the hash tag "{tag}" (a tag whose
+// slot the master at serves, see TagFor), so that each script's keys
+// share one slot. It follows the slot when the slot changes hands: at
+// once on a MOVED reply for its slot, and, after a call that failed to
+// reach its master (unreachable, timed out, read-only), by asking the
+// other masters in known who serves the slot now (in the background, at
+// most once every refreshEvery). Every master is made by New(endpoint,
+// opts), with at's credentials, TLS and database; Close closes them all.
 func FollowSlot(at Endpoint, tag string, known []Endpoint, opts Options) Node {
 	f := &follower{base: at, known: known, opts: opts, slot: Slot("{" + tag + "}")}
 	s := &slotted{pre: "{" + tag + "}", follow: f}
