@@ -40,16 +40,16 @@ func WithCopies(n int) Option {
 // ErrInvalid (no seeds, a bad URL, fewer than 3 masters, bad copies, a
 // server not in cluster mode), or the node error of the last seed tried.
 func DialCluster(seeds []string, opts ...Option) (*Client, error) {
-	cfg, nopts, copies, known, err := placeCluster(seeds, opts)
+	p, err := placeCluster(seeds, opts)
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]node.Node, len(copies))
-	for i, cp := range copies {
-		nodes[i] = node.FollowSlot(cp.Master, cp.Tag, known, nopts)
+	nodes := make([]node.Node, len(p.copies))
+	for i, cp := range p.copies {
+		nodes[i] = node.FollowSlot(cp.Master, cp.Tag, p.known, p.nopts)
 	}
-	cfg.copies, cfg.only = 0, ""
-	c, err := newClient(nodes, cfg, true)
+	p.cfg.copies, p.cfg.only = 0, ""
+	c, err := newClient(nodes, p.cfg, true)
 	if err != nil {
 		closeAll(nodes)
 		return nil, err
@@ -70,20 +70,25 @@ type Copy struct {
 // lock's copies now, in copy order; it keeps no connection. Errors are
 // DialCluster's.
 func ClusterCopies(seeds []string, opts ...Option) ([]Copy, error) {
-	_, _, copies, _, err := placeCluster(seeds, opts)
-	return copies, err
+	p, err := placeCluster(seeds, opts)
+	return p.copies, err
 }
 
-// placeCluster is DialCluster's and ClusterCopies' common part: the
-// client's config, its nodes' options, the copies, and every master.
-func placeCluster(seeds []string, opts []Option) (config, node.Options, []Copy, []node.Endpoint, error) {
+// placement is DialCluster's and ClusterCopies' common part.
+type placement struct {
+	cfg    config          // the client's
+	nopts  node.Options    // its nodes'
+	copies []Copy          // where each lock's copies go
+	known  []node.Endpoint // every master
+}
+
+// placeCluster reads the cluster through seeds and places the copies.
+func placeCluster(seeds []string, opts []Option) (placement, error) {
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
 	}
-	fail := func(err error) (config, node.Options, []Copy, []node.Endpoint, error) {
-		return cfg, node.Options{}, nil, nil, err
-	}
+	fail := func(err error) (placement, error) { return placement{}, err }
 	if len(seeds) == 0 {
 		return fail(fmt.Errorf("%w: no cluster seeds", ErrInvalid))
 	}
@@ -131,7 +136,7 @@ func placeCluster(seeds []string, opts []Option) (config, node.Options, []Copy, 
 		tag := node.TagFor(m.Slots)
 		copies[i] = Copy{Master: m.Endpoint, Tag: tag, Slot: node.Slot("{" + tag + "}")}
 	}
-	return cfg, nopts, copies, known, nil
+	return placement{cfg: cfg, nopts: nopts, copies: copies, known: known}, nil
 }
 
 // placeCopies returns the number of copies for a cluster of n masters.
