@@ -143,6 +143,20 @@ func dial(t *testing.T, rc *cluster.RedisCluster, opts ...redlock.Option) *redlo
 	return c
 }
 
+// dropFences deletes, at the end of the test, the fence counters of key
+// on rc's masters (they outlive locks by design).
+func dropFences(t *testing.T, rc *cluster.RedisCluster, key string) {
+	t.Cleanup(func() {
+		for i := range rc.Masters {
+			a := rc.Admin(i)
+			for _, fk := range keysOn(rc, i, "{*}"+key+":fence") {
+				_, _ = a.Command(context.Background(), "DEL", fk)
+			}
+			a.Close()
+		}
+	})
+}
+
 // copies returns, per master of rc, the keys it holds whose name ends
 // in "}" + key: one copy's lock key.
 func copies(rc *cluster.RedisCluster, key string) [][]string {
@@ -284,15 +298,7 @@ func TestClusterClientFeatures(t *testing.T) {
 			last = l.Fence()
 			require.NoError(t, l.Unlock(ctx))
 		}
-		t.Cleanup(func() {
-			for i := range three.Masters {
-				adm := three.Admin(i)
-				for _, fk := range keysOn(three, i, "{*}"+k+":fence") {
-					_, _ = adm.Command(ctx, "DEL", fk)
-				}
-				adm.Close()
-			}
-		})
+		dropFences(t, three, k)
 	})
 
 	t.Run("readers together, a writer alone", func(t *testing.T) {
@@ -343,14 +349,6 @@ func TestClusterClientFeatures(t *testing.T) {
 		require.NoError(t, ld.Resign(ctx))
 		_, err = eb.Leader(ctx)
 		require.ErrorIs(t, err, redlock.ErrNoLeader)
-		t.Cleanup(func() {
-			for i := range three.Masters {
-				adm := three.Admin(i)
-				for _, fk := range keysOn(three, i, "{*}"+k+":fence") {
-					_, _ = adm.Command(ctx, "DEL", fk)
-				}
-				adm.Close()
-			}
-		})
+		dropFences(t, three, k)
 	})
 }
