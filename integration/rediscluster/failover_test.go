@@ -2,6 +2,7 @@ package rediscluster_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -35,15 +36,21 @@ func holds(rc *cluster.RedisCluster, i int, key string) bool {
 	return false
 }
 
-// TestClusterFailover: a cluster of 3 masters with a replica each. Master
-// 0 is killed: locks are granted at once (two copies of three), a lock
-// held across the failover gets its copy back on the promoted replica by
-// Extend, and new locks place copy 0 there. Then clients contend while
-// master 1 is killed: the checker finds no overlap.
+// TestClusterFailover: clusters of 3 and 5 masters with a replica each.
+// Master 0 is killed: locks are granted at once (by the other copies), a
+// lock held across the failover gets its copy back on the promoted
+// replica by Extend, and new locks place copy 0 there. Then clients
+// contend while master 1 is killed: the checker finds no overlap.
 func TestClusterFailover(t *testing.T) {
+	for _, masters := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d+%d", masters, masters), func(t *testing.T) { testFailover(t, masters) })
+	}
+}
+
+func testFailover(t *testing.T, masters int) {
 	ctx := context.Background()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	rc, err := cluster.StartRedisCluster(sctx, 3, 1)
+	rc, err := cluster.StartRedisCluster(sctx, masters, 1)
 	cancel()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rc.Close() })
@@ -59,16 +66,17 @@ func TestClusterFailover(t *testing.T) {
 	require.NoError(t, err, "two copies of three grant it while master 0 is down")
 	require.NoError(t, l.Unlock(ctx))
 
-	promoted(t, rc, 3) // master 0's replica
+	replica := masters // master 0's (StartRedisCluster)
+	promoted(t, rc, replica)
 	require.Eventually(t, func() bool {
-		return held.Extend(ctx, 5*time.Second) == nil && holds(rc, 3, k)
+		return held.Extend(ctx, 5*time.Second) == nil && holds(rc, replica, k)
 	}, 10*time.Second, 100*time.Millisecond, "the held lock's copy 0 is on the promoted replica after Extend")
 	require.Eventually(t, func() bool {
 		l, err := c.Lock(ctx, k+":after")
 		if err != nil {
 			return false
 		}
-		on := holds(rc, 3, k+":after")
+		on := holds(rc, replica, k+":after")
 		_ = l.Unlock(ctx)
 		return on
 	}, 10*time.Second, 100*time.Millisecond, "new locks place copy 0 on the promoted replica")
