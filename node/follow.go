@@ -57,11 +57,12 @@ type follower struct {
 // it at once; a master that could not be reached makes it read the
 // topology (in the background, at most once every refreshEvery).
 func (f *follower) after(n *Redis, err error) {
-	switch {
-	case err == nil:
-	case movedTo(err, f.slot) != "":
-		f.moveTo(n, movedTo(err, f.slot))
-	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrTimeout), errors.Is(err, ErrReadOnly):
+	if err == nil {
+		return
+	}
+	if addr := movedTo(err, f.slot); addr != "" {
+		f.moveTo(n, addr)
+	} else if errors.Is(err, ErrUnreachable) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrReadOnly) {
 		f.refresh()
 	}
 }
