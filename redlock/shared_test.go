@@ -154,7 +154,9 @@ func TestReadHoldIsNotHandedToAWriter(t *testing.T) {
 	assert.False(t, w.l.Shared())
 	for _, f := range fakes {
 		assert.Zero(t, f.count("transfer"))
-		assert.Zero(t, f.readerCount("k"))
+		// The reader's Unlock returned at a majority: its release on
+		// the last node may still be on its way.
+		assert.Eventually(t, func() bool { return f.readerCount("k") == 0 }, 5*time.Second, time.Millisecond)
 	}
 	require.NoError(t, w.l.Unlock(ctx))
 }
