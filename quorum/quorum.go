@@ -108,6 +108,20 @@ type Skipper interface {
 	Skip(i int) error
 }
 
+// Keeper is a Caller that keeps each call's outcome itself (in per-node
+// state it has anyway), where the round's owner can read it once the call
+// has returned. A Keeper's Round stores no copy of the replies: a call's
+// goroutine hands the owner only the node's index and latency, and the
+// owner reads a reply with Reply or Snapshot, built from Kept. (A Round
+// of another Caller keeps its replies in Replies.)
+type Keeper interface {
+	Caller
+	// Kept returns what node i's Call returned, or the error its Skip
+	// returned. The round's owner calls it only after that call has
+	// returned, so Kept may read what Call wrote without a lock.
+	Kept(i int) (node.Result, error)
+}
+
 // CallFunc adapts a function to Caller.
 type CallFunc func(i int) (node.Result, error)
 
@@ -122,25 +136,47 @@ type Round struct {
 	// Replies holds, by node index, the replies Wait received; a node
 	// that had not answered when Wait returned has the zero Reply but for
 	// Node. Written only by Start (for skipped nodes), Wait and Collect.
+	// nil in a Keeper's round: Reply and Snapshot read its replies.
 	Replies []Reply
 
-	ch    chan Reply // every call's reply; room for all, so no call blocks
+	ch    chan arrival // every call's end; room for all, so no call blocks
 	start time.Time
 	clk   clock.Clock
-	calls Caller
+	calls Keeper          // the Caller, or a keeper around one that is not a Keeper
+	lat   []time.Duration // a Keeper's round: node i's latency once its end was received, -1 before
+}
+
+// arrival is the end of node i's call, sent from its goroutine to the
+// round's owner, who reads the outcome from the Keeper.
+type arrival struct {
+	node    int
+	latency time.Duration // 0 for a node Skip refused
 }
 
 // Start runs c.Call for nodes 0..n-1 in parallel, one goroutine each, and
 // returns at once. If c is also a Skipper, a node it skips gets its error
 // as the reply and no goroutine. A Round is started once.
 func (r *Round) Start(clk clock.Clock, n int, c Caller) {
-	r.Replies, r.ch, r.start, r.clk, r.calls = make([]Reply, n), make(chan Reply, n), clk.Now(), clk, c
+	r.ch, r.start, r.clk = make(chan arrival, n), clk.Now(), clk
+	if k, ok := c.(Keeper); ok {
+		r.calls, r.lat = k, make([]time.Duration, n)
+		for i := range r.lat {
+			r.lat[i] = -1
+		}
+	} else {
+		r.calls, r.Replies = &keeper{Caller: c, got: make([]kept, n)}, make([]Reply, n)
+		for i := range r.Replies {
+			r.Replies[i].Node = i
+		}
+	}
 	skip, _ := c.(Skipper)
-	for i := range r.Replies {
-		r.Replies[i].Node = i
+	for i := range n {
 		if skip != nil {
 			if err := skip.Skip(i); err != nil {
-				r.ch <- Reply{Node: i, Err: err}
+				if k, ok := r.calls.(*keeper); ok {
+					k.got[i].err = err
+				}
+				r.ch <- arrival{node: i}
 				continue
 			}
 		}
@@ -149,14 +185,90 @@ func (r *Round) Start(clk clock.Clock, n int, c Caller) {
 }
 
 func (r *Round) run(i int) {
-	res, err := r.calls.Call(i)
+	r.calls.Call(i)
+	r.ch <- arrival{node: i, latency: r.clk.Since(r.start)}
+}
+
+// keeper keeps the outcomes of a Caller that is not a Keeper.
+type keeper struct {
+	Caller
+	got []kept // node i's, written by its goroutine before its arrival is sent
+}
+
+type kept struct {
+	res node.Result
+	err error
+}
+
+func (k *keeper) Call(i int) (node.Result, error) {
+	res, err := k.Caller.Call(i)
+	k.got[i] = kept{res, err}
+	return res, err
+}
+
+func (k *keeper) Kept(i int) (node.Result, error) { return k.got[i].res, k.got[i].err }
+
+// reply is node i's Reply for what its call returned: an error is the
+// reply's, with no result; a call that returned neither a known status
+// nor an error fails with errNoStatus.
+func reply(i int, res node.Result, err error, latency time.Duration) Reply {
 	switch {
 	case err != nil:
 		res = node.Result{}
 	case res.Status == node.Unknown || res.Status > node.Absent:
 		res, err = node.Result{}, errNoStatus
 	}
-	r.ch <- Reply{Node: i, Result: res, Err: err, Latency: r.clk.Since(r.start)}
+	return Reply{Node: i, Result: res, Err: err, Latency: latency}
+}
+
+// receive records an arrival; only the owner calls it.
+func (r *Round) receive(a arrival) Reply {
+	if r.Replies == nil {
+		r.lat[a.node] = a.latency
+		return r.Reply(a.node)
+	}
+	res, err := r.calls.Kept(a.node)
+	r.Replies[a.node] = reply(a.node, res, err, a.latency)
+	return r.Replies[a.node]
+}
+
+// Reply returns node i's reply as the owner has received it (see
+// Replies): the zero Reply but for Node if it has not.
+func (r *Round) Reply(i int) Reply {
+	if r.Replies != nil {
+		return r.Replies[i]
+	}
+	if r.lat[i] < 0 {
+		return Reply{Node: i}
+	}
+	res, err := r.calls.Kept(i)
+	return reply(i, res, err, r.lat[i])
+}
+
+// Snapshot returns every node's Reply as the owner has received it, in
+// dst if it has room.
+func (r *Round) Snapshot(dst []Reply) []Reply {
+	dst = dst[:0]
+	for i := range r.size() {
+		dst = append(dst, r.Reply(i))
+	}
+	return dst
+}
+
+// Count returns the tally of the replies received so far.
+func (r *Round) Count() Count {
+	var c Count
+	for i := range r.size() {
+		c.add(r.Reply(i))
+	}
+	return c
+}
+
+func (r *Round) size() int {
+	if r.Replies != nil {
+		return len(r.Replies)
+	}
+	return len(r.lat)
 }
 
 // Elapsed returns the time since the fan-out began.
@@ -170,10 +282,10 @@ func (r *Round) Started() time.Time { return r.start }
 func (r *Round) Collect() Count {
 	for {
 		select {
-		case rep := <-r.ch:
-			r.Replies[rep.Node] = rep
+		case a := <-r.ch:
+			r.receive(a)
 		default:
-			return Tally(r.Replies)
+			return r.Count()
 		}
 	}
 }
@@ -183,20 +295,19 @@ func (r *Round) Collect() Count {
 // returns the count so far. Calls still running go on; Wait may be called
 // again to keep counting.
 func (r *Round) Wait(stop <-chan struct{}, need int) Count {
-	return r.WaitAnswered(stop, need, len(r.Replies)+1)
+	return r.WaitAnswered(stop, need, r.size()+1)
 }
 
 // WaitAnswered is Wait that also returns once answered calls have
 // returned (answered or failed), decided or not: a caller that would
 // give up on the slowest nodes learns when the others are in.
 func (r *Round) WaitAnswered(stop <-chan struct{}, need, answered int) Count {
-	c := Tally(r.Replies)
-	for c.Pending > 0 && !c.Decided(need) && len(r.Replies)-c.Pending < answered {
+	c := r.Count()
+	for c.Pending > 0 && !c.Decided(need) && r.size()-c.Pending < answered {
 		select {
-		case rep := <-r.ch:
-			r.Replies[rep.Node] = rep
+		case a := <-r.ch:
 			c.Pending--
-			c.add(rep)
+			c.add(r.receive(a))
 		case <-stop:
 			return c
 		}

@@ -701,3 +701,98 @@ func TestWaitAnswered(t *testing.T) {
 	release.open()
 	assert.Equal(t, quorum.Count{Done: 2, Taken: 3}, recv(t, waitAsync(r, nil, 3), "Wait for the rest"))
 }
+
+// keptCalls is a quorum.Keeper (and Skipper) that keeps each call's
+// outcome in its own slice, as package redlock's rounds keep theirs in
+// their steps.
+type keptCalls struct {
+	skip  func(i int) error
+	call  func(i int) (node.Result, error)
+	res   []node.Result
+	err   []error
+	reads []atomic.Int32 // Kept calls per node
+}
+
+func newKeptCalls(n int, skip func(int) error, call func(int) (node.Result, error)) *keptCalls {
+	return &keptCalls{skip: skip, call: call, res: make([]node.Result, n), err: make([]error, n), reads: make([]atomic.Int32, n)}
+}
+
+func (k *keptCalls) Skip(i int) error {
+	if err := k.skip(i); err != nil {
+		k.err[i] = err
+		return err
+	}
+	return nil
+}
+
+func (k *keptCalls) Call(i int) (node.Result, error) {
+	k.res[i], k.err[i] = k.call(i)
+	return k.res[i], k.err[i]
+}
+
+func (k *keptCalls) Kept(i int) (node.Result, error) {
+	k.reads[i].Add(1)
+	return k.res[i], k.err[i]
+}
+
+// TestKeeperRound: a Keeper's round keeps no Replies; Reply, Snapshot and
+// Count read its outcomes as received (a node not received reads as the
+// zero Reply and counts Pending, even once its call has returned), with
+// the same classification as Replies (an error wipes the result; a call
+// that returned no status fails) and the latency measured by the call's
+// goroutine; a skipped node's reply is Skip's error; a late one comes in
+// with Collect.
+func TestKeeperRound(t *testing.T) {
+	skipped := errors.New("skipped")
+	broken := errors.New("broken")
+	clk := clock.NewFake(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC))
+	late := newGate()
+	defer late.open()
+	var returned sync.WaitGroup
+	returned.Add(4)
+	k := newKeptCalls(5,
+		func(i int) error {
+			if i == 4 {
+				return skipped
+			}
+			return nil
+		},
+		func(i int) (node.Result, error) {
+			defer returned.Done()
+			switch i {
+			case 0, 1:
+				return node.Result{Status: node.Done, Fence: int64(10 + i)}, nil
+			case 2:
+				return node.Result{Status: node.Done}, broken // a status with an error
+			}
+			<-late.wait()
+			clk.Advance(7 * time.Millisecond)
+			return node.Result{}, nil // neither a status nor an error
+		})
+	r := new(quorum.Round)
+	r.Start(clk, 5, k)
+	assert.Nil(t, r.Replies, "a Keeper's round stores no replies")
+	c := r.WaitAnswered(nil, 3, 4)
+	assert.Equal(t, quorum.Count{Done: 2, Failed: 2, Pending: 1}, c)
+	assert.Equal(t, c, r.Count())
+	assert.Equal(t, quorum.Reply{Node: 0, Result: node.Result{Status: node.Done, Fence: 10}}, r.Reply(0))
+	assert.Equal(t, quorum.Reply{Node: 2, Err: broken}, r.Reply(2), "the status is dropped with the error")
+	assert.Equal(t, quorum.Reply{Node: 4, Err: skipped}, r.Reply(4))
+	assert.Equal(t, quorum.Reply{Node: 3}, r.Reply(3), "not returned: the zero Reply but for Node")
+
+	late.open()
+	returned.Wait()
+	assert.Equal(t, quorum.Reply{Node: 3}, r.Reply(3), "returned, not received: still pending")
+	assert.Zero(t, k.reads[3].Load(), "Kept read before the end was received")
+	c = r.Collect()
+	assert.Equal(t, quorum.Count{Done: 2, Failed: 3}, c)
+	rep := r.Reply(3)
+	assert.Error(t, rep.Err, "no status and no error: a failure")
+	assert.Equal(t, node.Unknown, rep.Result.Status)
+	assert.Equal(t, 7*time.Millisecond, rep.Latency, "measured when the call returned")
+	snap := r.Snapshot(make([]quorum.Reply, 0, 5))
+	require.Len(t, snap, 5)
+	for i, rep := range snap {
+		assert.Equal(t, r.Reply(i), rep)
+	}
+}

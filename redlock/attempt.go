@@ -256,6 +256,7 @@ func (c *Client) await(ctx context.Context, r *round, impatient bool) quorum.Cou
 // commands that may still register the call.
 func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wait bool, ticket int64, validity time.Duration) *outcome {
 	key := l.k.Name
+	reps := r.Snapshot(nil)
 	requeue := int64(0)
 	if wait && c.caps.handoff && cfg.requeues() {
 		// Nodes where this waiting attempt set the key (it was free and
@@ -272,17 +273,18 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		// that queued there after it. (The call keeps a ticket only
 		// from a round that queued it on a majority, see
 		// waiter.failed: it carries none to the other nodes.)
-		given, _, _ := tickets(r.Replies, c.quorum)
+		given, _, _ := tickets(reps, c.quorum)
 		requeue = max(ticket, given)
 	}
 	c.rollback(ctx, l, r, requeue)
-	qe := newQuorumError("acquire", key, c, r.Replies, ErrNotAcquired, ctx)
+	qe := newQuorumError("acquire", key, c, reps, ErrNotAcquired, ctx)
 	qe.Validity = validity
 	out := &outcome{err: qe, ch: &l.ch}
 	// Replies that came in during the rollback tell more about when the
 	// holder's keys expire; the error reports the round as decided.
 	n := r.Collect()
-	out.perm = refusals(r.Replies)
+	reps = r.Snapshot(reps)
+	out.perm = refusals(reps)
 	decided := c.clk.Now()
 	if n.Pending > 0 && (wait || slices.Contains(out.perm, 1)) {
 		// Wait for the other nodes' replies (one node timeout at most):
@@ -295,30 +297,31 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		for n.Pending > 0 && ctx.Err() == nil {
 			n = r.Wait(ctx.Done(), n.Done+n.Pending)
 		}
-		out.perm = refusals(r.Replies)
+		reps = r.Snapshot(reps)
+		out.perm = refusals(reps)
 	}
-	if out.freeIn = freeIn(r.Replies, c.quorum); out.freeIn > 0 {
+	if out.freeIn = freeIn(reps, c.quorum); out.freeIn > 0 {
 		// The TTLs count from the replies; the wait for the last ones
 		// has used part of them.
 		out.freeIn = max(time.Millisecond, out.freeIn-c.clk.Since(decided))
 	}
-	for i, rep := range r.Replies {
+	for i, rep := range reps {
 		if rep.Err == nil && rep.Result.Status == node.Done {
 			if out.undo == nil {
-				out.undo = make([]*step, len(r.Replies))
+				out.undo = make([]*step, len(reps))
 			}
 			out.undo[i] = &l.ch.tail[i] // the rollback's release there
 		} else if !rep.Answered() && followedOn(r.cmd.behind, i) {
 			if out.trail == nil {
-				out.trail = make([]*step, len(r.Replies))
+				out.trail = make([]*step, len(reps))
 			}
 			out.trail[i] = &l.ch.tail[i]
 		}
 	}
 	if wait {
-		out.ticket, out.queued, out.split = tickets(r.Replies, c.quorum)
+		out.ticket, out.queued, out.split = tickets(reps, c.quorum)
 		out.started = r.Started()
-		for _, rep := range r.Replies {
+		for _, rep := range reps {
 			out.lost = out.lost || (rep.Err != nil || rep.Result.Status == node.Unknown) && !unsent(rep.Err)
 		}
 		out.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
@@ -338,7 +341,8 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 // On failure the caller rolls the attempt back.
 func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 	var fence int64
-	for _, rep := range r.Replies {
+	for i := range r.next {
+		rep := r.Reply(i)
 		if rep.Err == nil && rep.Result.Status == node.Done {
 			fence = max(fence, rep.Result.Fence)
 		}
@@ -356,7 +360,7 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 		l.grant(r.Started(), fence)
 		return nil
 	}
-	qe := newQuorumError("confirm", l.k.Name, c, r2.Replies, ErrNotAcquired, ctx)
+	qe := newQuorumError("confirm", l.k.Name, c, r2.Snapshot(nil), ErrNotAcquired, ctx)
 	qe.Validity = validity
 	return qe
 }
@@ -383,12 +387,12 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // is not refused, and the release goes ahead, before the leave.)
 func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) []int {
 	var granted []int
-	for i, rep := range r.Replies {
-		if rep.Result.Status == node.Done {
+	for i := range r.next {
+		if r.Reply(i).Result.Status == node.Done {
 			granted = append(granted, i)
 		}
 	}
-	lazy := granted == nil && quorum.Tally(r.Replies).Refused(c.quorum)
+	lazy := granted == nil && r.Count().Refused(c.quorum)
 	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
 	return granted
 }

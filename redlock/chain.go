@@ -33,21 +33,24 @@ import (
 // a stale extend is harmless.)
 //
 // On the common path every previous command has returned by the time the
-// next is issued, and a round costs its goroutines, one context and two
-// slices; a channel to wait on is made only when a command finds its
+// next is issued, and a round costs its goroutines, its steps, the
+// quorum's replies and channel, and a share of a deadline (deadlines); a
+// channel to wait on is made only when a command finds its
 // predecessor still running (a slow node).
 //
 // A chain belongs to one lock. Its commands are issued one at a time: by
 // the attempt that made it, then by whoever holds the Lock's op slot.
 type chain struct {
-	c          *Client
-	k          *node.Key     // the lock's own (Lock.k)
-	shared     bool          // a read hold: commands go to node.Sharer
-	timeout    time.Duration // the node timeout: the round's deadline, and that of a node call unless its node is slow
-	maxTimeout time.Duration // the longest a slow node's call may take (see rto.go)
-	tail       []step        // the last round's command on each node; nil before the first; owned by the issuer
-	tailOp     string        // the last round's command.op; owned by the issuer
-	expires    time.Time     // on the client's clock, when every key an acquire or extend sent may have set is gone; owned by the issuer
+	c      *Client
+	k      *node.Key // the lock's own (Lock.k)
+	shared bool      // a read hold: commands go to node.Sharer
+	// tailAcquire: the last round was the acquire (see round.ahead);
+	// owned by the issuer.
+	tailAcquire bool
+	timeout     time.Duration // the node timeout: the round's deadline, and that of a node call unless its node is slow
+	maxTimeout  time.Duration // the longest a slow node's call may take (see rto.go)
+	tail        []step        // the last round's command on each node; nil before the first; owned by the issuer
+	expires     time.Time     // on the client's clock, when every key an acquire or extend sent may have set is gone; owned by the issuer
 
 	mu sync.Mutex // guards the done and wake fields of every step of the chain
 }
@@ -87,12 +90,13 @@ type round struct {
 	ch         *chain
 	cmd        command
 	prev, next []step // the chain's steps before and after this round
-	prevOp     string // the op of the round prev belongs to ("" for the first)
-	base       context.Context
-	rctx       context.Context // base with the round's deadline
-	cancel     context.CancelFunc
-	left       atomic.Int32 // calls not yet returned or skipped
-	expires    time.Time    // the chain's expires when the round was sent
+	// ctx is the context the round was sent with, never cancelled (its
+	// base), with the round's deadline, shared with the rounds begun
+	// with it (see deadlines).
+	ctx          roundCtx
+	left         atomic.Int32 // calls not yet returned or skipped
+	afterAcquire bool         // prev is the acquire's (see ahead)
+	expires      time.Time    // the chain's expires when the round was sent
 }
 
 // send issues cmd to every node through the chain and returns the round.
@@ -102,8 +106,8 @@ type round struct {
 // values: their replies decide what must be cleaned up.
 func (ch *chain) send(ctx context.Context, cmd command) *round {
 	n := len(ch.c.nodes)
-	r := &round{ch: ch, cmd: cmd, prev: ch.tail, prevOp: ch.tailOp, next: make([]step, n), base: ctx}
-	ch.tail, ch.tailOp = r.next, cmd.op
+	r := &round{ch: ch, cmd: cmd, prev: ch.tail, afterAcquire: ch.tailAcquire, next: make([]step, n)}
+	ch.tail, ch.tailAcquire = r.next, cmd.op == "acquire"
 	if cmd.op == "acquire" || cmd.op == "extend" || cmd.op == "reseed" || cmd.op == "transfer" {
 		// A key set now lives ttl from when the node runs the command:
 		// two node timeouts from now at the latest, unless it is late.
@@ -113,11 +117,11 @@ func (ch *chain) send(ctx context.Context, cmd command) *round {
 	}
 	r.expires = ch.expires
 	if ctx.Done() != nil {
-		r.base = context.WithoutCancel(ctx)
+		ctx = context.WithoutCancel(ctx)
 	}
 	// One deadline for the round: it bounds every call whose predecessor
 	// had returned, and every wait for one that had not.
-	r.rctx, r.cancel = context.WithTimeout(r.base, ch.timeout)
+	r.ctx = roundCtx{base: ctx, d: ch.c.rounds.after(ch.timeout)}
 	r.left.Store(int32(n))
 	ch.c.life.bg.Add(1)
 	r.Start(ch.c.clk, n, r)
@@ -193,7 +197,7 @@ func (r *round) Call(i int) (node.Result, error) {
 	case r.passes(i, prev):
 		return r.passed(i, prev)
 	case c.health.rtts == nil:
-		res, err = r.do(r.rctx, i, prev)
+		res, err = r.do(&r.ctx, i, prev)
 	default:
 		res, took, err = r.timed(i, prev)
 	}
@@ -222,6 +226,11 @@ func (r *round) Call(i int) (node.Result, error) {
 	return res, err
 }
 
+// Kept returns node i's outcome as its step holds it (quorum.Keeper):
+// Call and Skip write it (finish) before the call's end reaches the
+// round's owner.
+func (r *round) Kept(i int) (node.Result, error) { return r.next[i].res, r.next[i].err }
+
 // passed ends node i's step of a command that passes (see passes): the
 // previous answer stands, nothing is sent, and the breaker's permission
 // is handed back unused.
@@ -241,11 +250,10 @@ func (r *round) passed(i int, prev *step) (node.Result, error) {
 	return res, err
 }
 
-// end counts a call out; the last one ends the round's context and its
-// count in the client's bg.
+// end counts a call out; the last one ends the round's count in the
+// client's bg.
 func (r *round) end() {
 	if r.left.Add(-1) == 0 {
-		r.cancel()
 		r.ch.c.life.bg.Done()
 	}
 }
@@ -270,7 +278,7 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 	// its own.
 	if d, _ := ctx.Deadline(); time.Until(d) < r.timeout(i)/2 {
 		var cancel2 context.CancelFunc
-		ctx, cancel2 = context.WithTimeout(r.base, r.timeout(i))
+		ctx, cancel2 = context.WithTimeout(r.ctx.base, r.timeout(i))
 		defer cancel2()
 	}
 	res, err = r.do(ctx, i, prev)
@@ -293,7 +301,7 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 // SET that took effect, a round trip later than ahead, after one that
 // failed or timed out, up to a node timeout later.
 func (r *round) ahead() bool {
-	return r.cmd.op == "release" && r.prevOp == "acquire" && r.cmd.freed == nil && !r.cmd.lazy
+	return r.cmd.op == "release" && r.afterAcquire && r.cmd.freed == nil && !r.cmd.lazy
 }
 
 // early is Call's release on node i when the lock's previous command
@@ -358,7 +366,7 @@ func (r *round) follow(i int, from *chain, s *step) (node.Result, error) {
 	}
 	if d, _ := ctx.Deadline(); time.Until(d) < r.timeout(i)/2 {
 		var cancel2 context.CancelFunc
-		ctx, cancel2 = context.WithTimeout(r.base, r.timeout(i))
+		ctx, cancel2 = context.WithTimeout(r.ctx.base, r.timeout(i))
 		defer cancel2()
 	}
 	return r.do(ctx, i, nil)

@@ -56,6 +56,8 @@ type Client struct {
 	reg registry
 	// fin is per node the releases being finished (finish.go).
 	fin finishers
+	// rounds hands out the rounds' deadlines (deadline.go).
+	rounds deadlines
 }
 
 // capabilities is what a client's nodes can do, and its names there; set

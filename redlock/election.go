@@ -272,13 +272,13 @@ func (l *Lock) sendRecord(ctx context.Context, cmd command) error {
 		return err
 	}
 	defer l.end()
-	c := l.c
+	c := l.ch.c
 	r := l.ch.send(ctx, cmd)
 	t := r.Wait(ctx.Done(), c.quorum)
 	if t.Reached(c.quorum) {
 		return nil
 	}
-	qe := newQuorumError(cmd.op, l.k.Name, c, r.Replies, nil, ctx)
+	qe := newQuorumError(cmd.op, l.k.Name, c, r.Snapshot(nil), nil, ctx)
 	if t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
 	}

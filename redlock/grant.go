@@ -78,38 +78,49 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 		// background (restore).
 		l.until, l.short = clock.Until(from, short, l.drift), true
 		if c.begin() {
-			l.hurry, l.restored = make(chan struct{}, 1), make(chan struct{})
 			// Half-way, or sooner where the node timeout needs it to land
 			// in time.
-			l.restoreAt = from.Add(short / 2)
-			if last := l.until.Add(-l.ch.maxTimeout); last.Before(l.restoreAt) {
-				l.restoreAt = last
+			rs := &restoring{hurry: make(chan struct{}, 1), done: make(chan struct{}), at: from.Add(short / 2)}
+			if last := l.until.Add(-l.ch.maxTimeout); last.Before(rs.at) {
+				rs.at = last
 			}
-			go l.restore(c.clk.NewTimer(l.restoreAt.Sub(c.clk.Now())))
+			l.restoring = rs
+			go l.restore(c.clk.NewTimer(rs.at.Sub(c.clk.Now())))
 		}
 	}
 	return l
 }
 
+// restoring is the restore of a lock a grant made valid for less than its
+// TTL: the restore goroutine extends it by its TTL at at, or at once when
+// hurry is sent to (by Unlock, so that it ends, and by a KeepAlive whose
+// margin cannot wait), and closes done when it has run or found nothing
+// to do.
+type restoring struct {
+	hurry chan struct{}
+	done  chan struct{}
+	at    time.Time
+}
+
 // restore extends by its TTL a lock that a grant made valid for less
-// (see granted), when t (due at l.restoreAt) fires or when hurried,
+// (see granted), when t (due at l.restoring.at) fires or when hurried,
 // unless it has been unlocked or extended by then; the caller has
 // counted it in the client's bg. If the extend fails, the lock stays
 // valid for what the grant gave it, and a KeepAlive extends it before
 // then.
 func (l *Lock) restore(t clock.Timer) {
-	defer l.c.life.bg.Done()
-	defer close(l.restored)
+	defer l.ch.c.life.bg.Done()
+	defer close(l.restoring.done)
 	defer t.Stop()
 	select {
 	case <-t.C():
-	case <-l.hurry:
-	case <-l.c.life.done:
+	case <-l.restoring.hurry:
+	case <-l.ch.c.life.done:
 		return
 	}
 	select {
 	case l.op <- struct{}{}:
-	case <-l.c.life.done:
+	case <-l.ch.c.life.done:
 		return
 	}
 	defer func() { <-l.op }()

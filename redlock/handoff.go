@@ -178,7 +178,7 @@ func (c *Client) poke(o *offer, released bool) {
 // handOff hands l to o's Lock call, or releases l if a majority did not
 // transfer; it is Unlock's work for a lock whose key has a waiter here.
 func (l *Lock) handOff(ctx context.Context, o *offer) error {
-	c := l.c
+	c := l.ch.c
 	// The waiter's kind: a writer of the key, or of a semaphore's slot
 	// (in the semaphore's queue, as l).
 	next := newLock(c, o.cfg.key(c, l.k.Name, newToken(), 0, ""), &o.cfg)
@@ -240,8 +240,9 @@ func (r *round) waitAll(stop <-chan struct{}) {
 // handed-over lock's key: it replaced it (Done) or released it (Absent).
 func (r *round) freed() []bool {
 	r.Collect()
-	freed := make([]bool, len(r.Replies))
-	for i, rep := range r.Replies {
+	freed := make([]bool, len(r.next))
+	for i := range freed {
+		rep := r.Reply(i)
 		freed[i] = rep.Err == nil && (rep.Result.Status == node.Done || rep.Result.Status == node.Absent)
 	}
 	return freed
@@ -252,7 +253,7 @@ func (r *round) freed() []bool {
 // has returned (those that failed, or were never sent: a breaker open, a
 // refused dial).
 func (l *Lock) releaseRest(ctx context.Context, r *round) {
-	c := l.c
+	c := l.ch.c
 	if !c.begin() {
 		return
 	}
@@ -260,7 +261,8 @@ func (l *Lock) releaseRest(ctx context.Context, r *round) {
 		defer c.life.bg.Done()
 		r.waitAll(nil)
 		freed := r.freed()
-		for i, rep := range r.Replies {
+		for i := range freed {
+			rep := r.Reply(i)
 			freed[i] = freed[i] || (rep.Err == nil && rep.Result.Status == node.Taken)
 		}
 		if !slices.Contains(freed, false) {

@@ -70,7 +70,7 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 	}
 	retry := max(2*l.ch.timeout, l.ttl/20)
 	lose := func(cause error) {
-		if h := l.c.cfg.hooks.Lost; h != nil {
+		if h := l.ch.c.cfg.hooks.Lost; h != nil {
 			h(l.k.Name, cause)
 		}
 		cancelJob(cause)
@@ -104,7 +104,7 @@ func (l *Lock) keepAlive(ctx context.Context, cancelJob context.CancelCauseFunc)
 				return
 			default:
 				k.lastErr = err
-				k.schedule(l.c.clk.Now().Add(retry))
+				k.schedule(l.ch.c.clk.Now().Add(retry))
 			}
 		}
 	}
@@ -125,7 +125,7 @@ type keeper struct {
 }
 
 func (k *keeper) timer(at time.Time) clock.Timer {
-	return k.l.c.clk.NewTimer(at.Sub(k.l.c.clk.Now()))
+	return k.l.ch.c.clk.NewTimer(at.Sub(k.l.ch.c.clk.Now()))
 }
 
 // stop stops the timers, then ends the extend in flight and waits for
@@ -156,18 +156,19 @@ func (k *keeper) restoreDue(ctx context.Context) (<-chan struct{}, bool) {
 	l.mu.Lock()
 	until, short := l.until, l.short
 	l.mu.Unlock()
-	if !short || l.restored == nil {
+	rs := l.restoring
+	if !short || rs == nil {
 		return nil, true
 	}
-	if !until.Add(-k.p.margin).Before(l.restoreAt.Add(l.ch.maxTimeout)) {
-		return l.restored, true
+	if !until.Add(-k.p.margin).Before(rs.at.Add(l.ch.maxTimeout)) {
+		return rs.done, true
 	}
 	select {
-	case l.hurry <- struct{}{}:
+	case rs.hurry <- struct{}{}:
 	default:
 	}
 	select {
-	case <-l.restored:
+	case <-rs.done:
 		return nil, true
 	case <-ctx.Done():
 		return nil, false

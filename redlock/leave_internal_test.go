@@ -112,7 +112,7 @@ func TestGrantedCallLeavesABareRequeue(t *testing.T) {
 		grant := node.GrantValue(c.caps.tag, "call")
 		reg := c.register("k", "", grant, c.caps.tag)
 		require.NotNil(t, reg)
-		l := &Lock{c: c, k: node.Key{Name: "k", Owner: c.caps.tag, Token: grant}, ttl: ttl}
+		l := &Lock{k: node.Key{Name: "k", Owner: c.caps.tag, Token: grant}, ttl: ttl}
 		l.ch = chain{c: c, k: &l.k, tail: make([]step, 1)}
 		l.ch.finish(&l.ch.tail[0], node.Result{Status: node.Taken}, nil) // the grant did not come here
 		c.leaveWaiters(reg, l, nil, requeued)
@@ -149,7 +149,7 @@ func TestSemaphoreLeaveWaitsForItsLocksAcquire(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	s, err := c.Semaphore("s", 2)
 	require.NoError(t, err)
-	l := &Lock{c: c, k: node.Key{Name: s.slots[1], Owner: c.caps.tag, Token: "won"}}
+	l := &Lock{k: node.Key{Name: s.slots[1], Owner: c.caps.tag, Token: "won"}}
 	l.ch = chain{c: c, k: &l.k, tail: make([]step, 1)} // its acquire on the node: not returned
 	s.leave(&place{tried: true}, l)
 	require.Eventually(t, func() bool { return n.count() == 1 }, 5*time.Second, time.Millisecond, "no Leave at the other slot")

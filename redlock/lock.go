@@ -14,17 +14,16 @@ import (
 // are safe for concurrent use; those of a nil *Lock return ErrNilLock or
 // zero values and never panic.
 type Lock struct {
-	// Set when the lock is made and never changed.
-	c     *Client
+	// Set when the lock is made and never changed. (Its client is its
+	// chain's, ch.c.)
 	k     node.Key
 	ttl   time.Duration // the TTL it was taken with; KeepAlive extends by it
 	drift float64
 	keep  keepPolicy
 	mode  mode // the kind of hold: its local queue (see queue), whether it is handed on
 	// Set by grant, before the Lock is handed out, and never changed.
-	taken  time.Time // start of the acquisition, for MaxHold
-	fence  int64     // 0 unless fenced
-	handed bool      // it came by a handoff (a transfer), not an acquire
+	taken time.Time // start of the acquisition, for MaxHold
+	fence int64     // 0 unless fenced
 
 	// op is a one-slot semaphore: Extend and Unlock hold it while they
 	// send and count, so that the lock's commands enter ch one at a time.
@@ -37,15 +36,10 @@ type Lock struct {
 	// the first; owned by whoever holds op.
 	reseed *round
 
-	// For a lock a grant made valid for less than its TTL, set by
-	// Client.granted before the Lock is handed out (nil otherwise): the
-	// restore goroutine extends it by its TTL at restoreAt, or at once
-	// when hurry is sent to (by Unlock, so that it ends, and by a
-	// KeepAlive whose margin cannot wait), and closes restored when it
-	// has run or found nothing to do.
-	hurry     chan struct{}
-	restored  chan struct{}
-	restoreAt time.Time
+	// restoring is set, for a lock a grant made valid for less than its
+	// TTL, by Client.granted before the Lock is handed out (nil
+	// otherwise; see restoring).
+	restoring *restoring
 
 	// mu guards until, short and released and is held only briefly, so
 	// that TTL and Until never wait for the network.
@@ -54,12 +48,14 @@ type Lock struct {
 	from     time.Time // start of the last round that set until
 	short    bool      // until is still a grant's (Client.granted): no extend has succeeded
 	released bool      // Unlock was called
+
+	handed bool // it came by a handoff (a transfer), not an acquire; set before it is handed out, never changed
 }
 
 // newLock returns the lock an attempt of c with cfg tries to take as k;
 // it holds nothing until grant.
 func newLock(c *Client, k node.Key, cfg *config) *Lock {
-	l := &Lock{c: c, k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep, mode: cfg.mode}
+	l := &Lock{k: k, ttl: cfg.ttl, drift: cfg.driftFactor, keep: cfg.keep, mode: cfg.mode}
 	l.ch = chain{c: c, k: &l.k, shared: cfg.shared, timeout: cfg.timeout(), maxTimeout: cfg.maxTimeout()}
 	return l
 }
@@ -143,7 +139,7 @@ func (l *Lock) left() time.Duration {
 	if l.released {
 		return 0
 	}
-	return max(0, -l.c.clk.Since(l.until))
+	return max(0, -l.ch.c.clk.Since(l.until))
 }
 
 // Extend makes the lock's keys live at least ttl more on the nodes that
@@ -187,7 +183,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	defer l.end()
-	c, k := l.c, l.k
+	c, k := l.ch.c, l.k
 	// Until follows the ttl asked for, also when it is shorter than what
 	// was left (the nodes keep the longer TTL, which errs on the safe
 	// side): it drops to what ttl promises at once, and stays there if
@@ -221,7 +217,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // extend sends an extend round and counts it; Extend has checked
 // everything else.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
-	c, k := l.c, l.k
+	c, k := l.ch.c, l.k
 	r := l.ch.send(ctx, command{op: "extend", ttl: ttl})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(ttl, r.Elapsed(), l.drift)
@@ -246,7 +242,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return nil
 	}
-	qe := newQuorumError("extend", k.Name, c, r.Replies, nil, ctx)
+	qe := newQuorumError("extend", k.Name, c, r.Snapshot(nil), nil, ctx)
 	qe.Validity = validity
 	if !inTime || t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
@@ -277,7 +273,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return err
 	}
 	defer l.end()
-	c, k := l.c, l.k
+	c, k := l.ch.c, l.k
 	l.mu.Lock()
 	released, expired := l.released, l.left() <= 0
 	l.released = true // TTL is 0 from now on, whatever the nodes say
@@ -285,9 +281,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if released {
 		return l.notHeld("unlock", "already unlocked")
 	}
-	if l.hurry != nil {
+	if l.restoring != nil {
 		select {
-		case l.hurry <- struct{}{}: // a pending restore ends, once this returns
+		case l.restoring.hurry <- struct{}{}: // a pending restore ends, once this returns
 		default:
 		}
 	}
@@ -303,16 +299,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // one is ready (see handoff.go), or releases it; expired says the
 // validity had run out before Unlock was called.
 func (l *Lock) unlock(ctx context.Context, expired bool) error {
-	to, waiting := l.c.claim(ctx, l, expired)
+	to, waiting := l.ch.c.claim(ctx, l, expired)
 	if to != nil {
 		return l.handOff(ctx, to)
 	}
 	err := l.release(ctx, expired, nil)
 	if err == nil && l.mode.local != "" {
-		l.c.freedSlot(l.mode.local, l.k.Name)
+		l.ch.c.freedSlot(l.mode.local, l.k.Name)
 	}
 	if waiting != nil {
-		l.c.poke(waiting, l.mode.takesTurns())
+		l.ch.c.poke(waiting, l.mode.takesTurns())
 	}
 	return err
 }
@@ -320,7 +316,7 @@ func (l *Lock) unlock(ctx context.Context, expired bool) error {
 // release sends a release round and counts it; freed (nil: none) marks
 // the nodes where a transfer already removed the key.
 func (l *Lock) release(ctx context.Context, expired bool, freed []bool) error {
-	c := l.c
+	c := l.ch.c
 	r := l.ch.send(ctx, command{op: "release", announce: true, freed: freed})
 	t := r.Wait(ctx.Done(), c.quorum)
 	switch {
@@ -329,7 +325,7 @@ func (l *Lock) release(ctx context.Context, expired bool, freed []bool) error {
 	case t.Reached(c.quorum):
 		return nil
 	}
-	qe := newQuorumError("unlock", l.k.Name, c, r.Replies, nil, ctx)
+	qe := newQuorumError("unlock", l.k.Name, c, r.Snapshot(nil), nil, ctx)
 	if t.Refused(c.quorum) {
 		qe.sentinel = ErrNotHeld
 	}
@@ -345,9 +341,9 @@ func (l *Lock) begin(ctx context.Context, op string) error {
 	select {
 	case l.op <- struct{}{}:
 	case <-ctx.Done():
-		return notStarted(op, l.k.Name, l.c, ctx, nil)
+		return notStarted(op, l.k.Name, l.ch.c, ctx, nil)
 	}
-	if !l.c.begin() {
+	if !l.ch.c.begin() {
 		<-l.op
 		return ErrClosed
 	}
@@ -355,7 +351,7 @@ func (l *Lock) begin(ctx context.Context, op string) error {
 }
 
 func (l *Lock) end() {
-	l.c.life.bg.Done()
+	l.ch.c.life.bg.Done()
 	<-l.op
 }
 

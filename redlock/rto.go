@@ -91,9 +91,9 @@ func (e *rtt) timeout(lo, hi time.Duration) time.Duration {
 // deadline; cancel is nil for the round's.
 func (r *round) callCtx(i int) (ctx context.Context, cancel context.CancelFunc) {
 	if d := r.timeout(i); d > r.ch.timeout {
-		return context.WithTimeout(r.base, d)
+		return context.WithTimeout(r.ctx.base, d)
 	}
-	return r.rctx, nil
+	return &r.ctx, nil
 }
 
 // timeout is node i's timeout in round r: the round's, or the node's own
