@@ -65,10 +65,47 @@ func (r *Redis) call(ctx context.Context, op string, s *script, cmd string, args
 	if !deadline.After(start) {
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
+	var reply any
+	var err error
 	if r.muxConn != nil {
-		return r.callMux(ctx, start, op, s, cmd, args)
+		reply, err = r.callMux(ctx, start, op, s, cmd, args)
+	} else {
+		reply, err = r.callPool(ctx, start, deadline, op, s, cmd, args)
 	}
-	return r.callPool(ctx, start, deadline, op, s, cmd, args)
+	if err != nil && r.ask != nil {
+		return r.asked(ctx, op, s, cmd, args, err)
+	}
+	return reply, err
+}
+
+// asked follows an ASK reply, the answer of a cluster master whose slot
+// is being moved to another master and which does not hold the
+// command's keys: the command goes once more, within the same deadline,
+// to the master the reply names, after ASKING. Any other error stands.
+func (r *Redis) asked(ctx context.Context, op string, s *script, cmd string, args []any, err error) (any, error) {
+	addr := askedTo(err)
+	if addr == "" {
+		return nil, err
+	}
+	to := r.ask(addr)
+	if to == nil {
+		return nil, err
+	}
+	return to.call(ctx, op, s, cmd, args)
+}
+
+// askedTo returns the address an ASK reply in err names ("" for none):
+// "ASK <slot> <host>:<port>". Any slot: a copy's commands name keys of
+// its own slot only.
+func askedTo(err error) string {
+	var re redis.Error
+	if !errors.As(err, &re) || !strings.HasPrefix(string(re), "ASK ") {
+		return ""
+	}
+	if fs := strings.Fields(string(re)); len(fs) == 3 {
+		return fs[2]
+	}
+	return ""
 }
 
 // callPool is call on a pooled connection. redigo keeps no argument list
@@ -87,6 +124,10 @@ func (r *Redis) callPool(ctx context.Context, start, deadline time.Time, op stri
 		return nil, r.fail(op, context.DeadlineExceeded)
 	}
 	heap := slices.Clone(args)
+	if r.asking {
+		// Its reply is read, and an error in it returned, by the Do.
+		_ = conn.Send("ASKING")
+	}
 	reply, err := redis.DoWithTimeout(conn, left, cmd, heap...)
 	if err != nil {
 		return r.failed(conn, op, s, heap, start, deadline, err)
@@ -141,6 +182,9 @@ func (r *Redis) failed(conn redis.Conn, op string, s *script, args []any, start,
 		src := make([]any, len(args))
 		copy(src, args)
 		src[0] = s.src
+		if r.asking {
+			_ = conn.Send("ASKING")
+		}
 		var reply any
 		if reply, err = redis.DoWithTimeout(conn, left, "EVAL", src...); err == nil {
 			conn.Close()

@@ -115,3 +115,52 @@ func str(v any) (string, bool) {
 	}
 	return "", false
 }
+
+// MasterOf returns the master in masters that serves slot, and false if
+// none does (a slot no master serves).
+func MasterOf(masters []Master, slot int) (Master, bool) {
+	for _, m := range masters {
+		for _, r := range m.Slots {
+			if slot >= r.First && slot <= r.Last {
+				return m, true
+			}
+		}
+	}
+	return Master{}, false
+}
+
+// ClusterRecord reads key on the master of masters that serves its slot,
+// within ctx's deadline, on a connection of its own. With a value other
+// than "", a key that holds none is set to it first (SET NX, no expiry):
+// the value returned is then value or the one an earlier call stored,
+// so that every caller reads the same. An absent key reads "". Errors
+// are a call's (node.Error); a MOVED reply (the slot changed hands since masters was read)
+// is an error too.
+func ClusterRecord(ctx context.Context, masters []Master, key, value string, opts Options) (string, error) {
+	m, ok := MasterOf(masters, Slot(key))
+	if !ok {
+		return "", fmt.Errorf("node: cluster: no master serves the slot of %q", key)
+	}
+	opts = opts.withDefaults()
+	dialOpts, netDial := dialOptions(m.Endpoint, opts)
+	dialOpts = append(dialOpts, redis.DialContextFunc(netDial))
+	addr := m.Endpoint.Addr()
+	c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
+	if err != nil {
+		return "", Fail(addr, "cluster record", redigoKind(err), err)
+	}
+	defer c.Close()
+	if value != "" {
+		if _, err := redis.DoContext(c, ctx, "SET", key, value, "NX"); err != nil {
+			return "", Fail(addr, "cluster record", redigoKind(err), err)
+		}
+	}
+	v, err := redis.String(redis.DoContext(c, ctx, "GET", key))
+	switch {
+	case errors.Is(err, redis.ErrNil):
+		return "", nil
+	case err != nil:
+		return "", Fail(addr, "cluster record", redigoKind(err), err)
+	}
+	return v, nil
+}

@@ -16,7 +16,9 @@ import (
 // failover) makes the copy ask the cluster who serves the slot now. The
 // copy's calls then go to that master. A copy that moved holds none of
 // the lock's keys there until the lock's next extend re-seeds them, as
-// after a node's restart without persistence.
+// after a node's restart without persistence. While a slot is being
+// moved, a command whose keys the old master no longer holds (an ASK
+// reply) goes once to the new one, after ASKING (see Redis.asked).
 
 // FollowSlot returns a lock's copy on one master of a Redis Cluster:
 // every key it is given is kept under the hash tag "{tag}" (a tag whose
@@ -31,7 +33,7 @@ func FollowSlot(at Endpoint, tag string, known []Endpoint, opts Options) Node {
 	f := &follower{base: at, known: known, opts: opts, slot: Slot("{" + tag + "}")}
 	s := &slotted{pre: "{" + tag + "}", follow: f}
 	f.s = s
-	s.cur.Store(&current{n: New(at, opts), addr: at.Addr()})
+	s.cur.Store(&current{n: f.master(at), addr: at.Addr()})
 	return s
 }
 
@@ -47,8 +49,9 @@ type follower struct {
 	slot  int
 
 	mu     sync.Mutex
-	last   time.Time // the last topology read began
-	old    []*Redis  // masters moved away from, closed at Close
+	last   time.Time         // the last topology read began
+	old    []*Redis          // masters moved away from, closed at Close
+	asking map[string]*Redis // by address: the nodes ASK replies named (askAt), closed at Close
 	closed bool
 	wg     sync.WaitGroup // topology reads under way
 }
@@ -85,9 +88,8 @@ func movedTo(err error, slot int) string {
 // moveTo makes addr the copy's master, unless the copy has moved from n
 // already or is there.
 func (f *follower) moveTo(from *Redis, addr string) {
-	host, port, err := net.SplitHostPort(addr)
-	p, perr := strconv.Atoi(port)
-	if err != nil || perr != nil {
+	ep, ok := f.endpoint(addr)
+	if !ok {
 		return
 	}
 	f.mu.Lock()
@@ -96,13 +98,60 @@ func (f *follower) moveTo(from *Redis, addr string) {
 	if f.closed || cur.n != from && from != nil || cur.addr == addr {
 		return
 	}
+	f.old = append(f.old, cur.n)
+	f.s.cur.Store(&current{n: f.master(ep), addr: ep.Addr()})
+}
+
+// endpoint is the master at addr ("host:port", as MOVED and ASK name
+// it), with the credentials, TLS and database of the others.
+func (f *follower) endpoint(addr string) (Endpoint, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil {
+		return Endpoint{}, false
+	}
 	ep := f.base
 	if host != "" {
 		ep.Host = host
 	}
 	ep.Port = p
-	f.old = append(f.old, cur.n)
-	f.s.cur.Store(&current{n: New(ep, f.opts), addr: ep.Addr()})
+	return ep, true
+}
+
+// master makes the copy's node on the master at ep: it follows ASK
+// replies (askAt).
+func (f *follower) master(ep Endpoint) *Redis {
+	n := New(ep, f.opts)
+	n.ask = f.askAt
+	return n
+}
+
+// askAt returns the node an ASK reply naming addr sends a command to: a
+// node on pooled connections that sends ASKING before every command
+// (ASKING holds for the next command on its connection only), made once
+// per address; nil after Close or for an address that does not parse.
+func (f *follower) askAt(addr string) *Redis {
+	ep, ok := f.endpoint(addr)
+	if !ok {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	if n := f.asking[addr]; n != nil {
+		return n
+	}
+	opts := f.opts
+	opts.Pooled = true
+	n := New(ep, opts)
+	n.asking = true
+	if f.asking == nil {
+		f.asking = map[string]*Redis{}
+	}
+	f.asking[addr] = n
+	return n
 }
 
 // refresh reads the topology in the background, unless a read began
@@ -137,13 +186,9 @@ func (f *follower) read() {
 		if err != nil {
 			continue
 		}
-		for _, m := range ms {
-			for _, r := range m.Slots {
-				if f.slot >= r.First && f.slot <= r.Last {
-					f.moveTo(nil, m.Endpoint.Addr())
-					return
-				}
-			}
+		if m, ok := MasterOf(ms, f.slot); ok {
+			f.moveTo(nil, m.Endpoint.Addr())
+			return
 		}
 	}
 }
@@ -155,6 +200,10 @@ func (f *follower) close() error {
 	f.closed = true
 	old := f.old
 	f.old = nil
+	for _, n := range f.asking {
+		old = append(old, n)
+	}
+	f.asking = nil
 	f.mu.Unlock()
 	f.wg.Wait()
 	var errs []error

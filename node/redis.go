@@ -172,6 +172,13 @@ type Redis struct {
 
 	sub *subscriber // the pub/sub connection for Watch
 
+	// In a Redis Cluster (FollowSlot): ask returns the node an ASK reply
+	// names, where the command goes again (nil: ASK is not followed);
+	// asking, set on such a node, sends every command after ASKING, on a
+	// pooled connection (see callPool).
+	ask    func(addr string) *Redis
+	asking bool
+
 	// Unless Options.Pooled: the connection every command goes over
 	// (nil before the first), the dial in progress (guarded by muxMu),
 	// and how to make one.

@@ -3,6 +3,7 @@ package node
 import (
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -94,6 +95,16 @@ func TestMovedTo(t *testing.T) {
 	assert.Equal(t, "", movedTo(err, 4000), "another slot")
 	assert.Equal(t, "", movedTo(errString("ASK 3999 127.0.0.1:7002"), 3999))
 	assert.Equal(t, "", movedTo(errString("MOVED"), 3999))
+}
+
+// askedTo reads the address of a node's ASK error reply, wrapped as the
+// node wraps it, and nothing else.
+func TestAskedTo(t *testing.T) {
+	err := Fail("127.0.0.1:7000", "acquire", nil, redis.Error("ASK 3999 127.0.0.1:7002"))
+	assert.Equal(t, "127.0.0.1:7002", askedTo(err))
+	assert.Equal(t, "", askedTo(Fail("127.0.0.1:7000", "acquire", nil, redis.Error("MOVED 3999 127.0.0.1:7002"))))
+	assert.Equal(t, "", askedTo(errString("ASK 3999 127.0.0.1:7002")), "not a reply of the node")
+	assert.Equal(t, "", askedTo(redis.Error("ASK 3999")))
 }
 
 type errString string

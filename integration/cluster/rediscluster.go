@@ -168,22 +168,27 @@ func (rc *RedisCluster) Role(ctx context.Context, i int) (string, error) {
 func (rc *RedisCluster) Admin(i int) *Admin { return newAdmin(rc.Upstream(i), 2*time.Second) }
 
 // MoveSlot moves a hash slot and its keys from master from to master to
-// (nodes of rc), as a resharding does: IMPORTING and MIGRATING, MIGRATE
-// of its keys, then the slot's new owner told to every master.
+// (nodes of rc), as a resharding does: BeginMoveSlot, then
+// FinishMoveSlot.
 func (rc *RedisCluster) MoveSlot(ctx context.Context, slot, from, to int) error {
+	if err := rc.BeginMoveSlot(ctx, slot, from, to); err != nil {
+		return err
+	}
+	return rc.FinishMoveSlot(ctx, slot, from, to)
+}
+
+// BeginMoveSlot marks a hash slot IMPORTING on master to and MIGRATING
+// on master from: from then answers ASK for a command whose keys it does
+// not hold.
+func (rc *RedisCluster) BeginMoveSlot(ctx context.Context, slot, from, to int) error {
 	src, dst := rc.Admin(from), rc.Admin(to)
 	defer src.Close()
 	defer dst.Close()
-	id := func(a *Admin) (string, error) {
-		v, err := a.Command(ctx, "CLUSTER", "MYID")
-		b, _ := v.([]byte)
-		return string(b), err
-	}
-	srcID, err := id(src)
+	srcID, err := myID(ctx, src)
 	if err != nil {
 		return err
 	}
-	dstID, err := id(dst)
+	dstID, err := myID(ctx, dst)
 	if err != nil {
 		return err
 	}
@@ -193,6 +198,45 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot, from, to int) error 
 	if _, err := src.Command(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID); err != nil {
 		return fmt.Errorf("cluster: migrating slot %d: %w", slot, err)
 	}
+	return nil
+}
+
+// myID returns the cluster node id of a's node.
+func myID(ctx context.Context, a *Admin) (string, error) {
+	v, err := a.Command(ctx, "CLUSTER", "MYID")
+	b, _ := v.([]byte)
+	return string(b), err
+}
+
+// FinishMoveSlot ends what BeginMoveSlot began: MigrateSlotKeys, then
+// the slot's new owner told to every master.
+func (rc *RedisCluster) FinishMoveSlot(ctx context.Context, slot, from, to int) error {
+	if err := rc.MigrateSlotKeys(ctx, slot, from, to); err != nil {
+		return err
+	}
+	dst := rc.Admin(to)
+	dstID, err := myID(ctx, dst)
+	dst.Close()
+	if err != nil {
+		return err
+	}
+	for i := range rc.Masters {
+		a := rc.Admin(i)
+		_, err := a.Command(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		a.Close()
+		if err != nil {
+			return fmt.Errorf("cluster: slot %d to its new node, on %s: %w", slot, rc.Upstream(i), err)
+		}
+	}
+	return nil
+}
+
+// MigrateSlotKeys moves the keys of a slot that BeginMoveSlot marked from
+// master from to master to (MIGRATE), the slot still from's: a command
+// on from for keys it no longer holds is answered ASK.
+func (rc *RedisCluster) MigrateSlotKeys(ctx context.Context, slot, from, to int) error {
+	src := rc.Admin(from)
+	defer src.Close()
 	host, port, _ := splitPort(rc.Upstream(to))
 	for {
 		v, err := src.Command(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100)
@@ -207,14 +251,6 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot, from, to int) error 
 		args = append(args, ks...)
 		if _, err := src.Command(ctx, "MIGRATE", args...); err != nil {
 			return fmt.Errorf("cluster: migrate slot %d: %w", slot, err)
-		}
-	}
-	for i := range rc.Masters {
-		a := rc.Admin(i)
-		_, err := a.Command(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
-		a.Close()
-		if err != nil {
-			return fmt.Errorf("cluster: slot %d to its new node, on %s: %w", slot, rc.Upstream(i), err)
 		}
 	}
 	return nil
