@@ -127,7 +127,7 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return newClient(nodes, cfg, false)
+	return newClient(nodes, cfg, byNew)
 }
 
 // Dial parses one URL per node (redis://[user[:password]@]host[:port][/db],
@@ -158,7 +158,7 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	for i, ep := range eps {
 		nodes[i] = node.New(ep, nopts)
 	}
-	c, err := newClient(nodes, cfg, true)
+	c, err := newClient(nodes, cfg, byDial)
 	if err != nil {
 		closeAll(nodes)
 		return nil, err
@@ -166,7 +166,17 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
+// origin is who made a client's nodes: New's caller, Dial, or
+// DialCluster, whose nodes are copies on a cluster's masters.
+type origin int
+
+const (
+	byNew origin = iota
+	byDial
+	byCluster
+)
+
+func newClient(nodes []node.Node, cfg config, by origin) (*Client, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -186,7 +196,10 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		if addr == "" {
 			return nil, fmt.Errorf("%w: node[%d] has no address", ErrInvalid, i)
 		}
-		if j, dup := seen[addr]; dup {
+		// Copies on one cluster master are distinct keys there (their
+		// tags differ); a resharding may have put them together, which
+		// DialCluster reports.
+		if j, dup := seen[addr]; dup && by != byCluster {
 			return nil, fmt.Errorf("%w: node[%d] and node[%d] are both %s; Redlock needs independent masters", ErrInvalid, j, i, nd.Addr())
 		}
 		seen[addr] = i
@@ -203,7 +216,7 @@ func newClient(nodes []node.Node, cfg config, owned bool) (*Client, error) {
 		q = cfg.quorum
 	}
 	c := &Client{nodes: nodes, quorum: q, cfg: cfg, log: cfg.logger, clk: cfg.clock,
-		caps:   capabilities{owned: owned, noFence: noFence},
+		caps:   capabilities{owned: by != byNew, noFence: noFence},
 		health: health{breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout())},
 		life:   lifecycle{done: make(chan struct{})},
 		lq:     local{queues: map[string]*turnstile{}, hot: map[string]time.Time{}, freed: map[string]string{}, held: map[string][]*Lock{}},

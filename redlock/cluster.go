@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/redlock/node"
@@ -14,6 +16,22 @@ import (
 // distinct masters, copy i in a slot master i serves (node.FollowSlot
 // with a hash tag of master i's, node.TagFor), and a majority of copies is the
 // quorum, as a majority of independent masters is for Dial.
+//
+// Every client of the cluster must place a lock's copies under the same
+// tags: two clients that named a lock's copies differently would lock
+// different keys, and their majorities need not share a copy. The tags
+// cannot be read from the topology each time a client dials (a
+// resharding or a master added changes what that would give), so the
+// first client records them in the cluster and every later one reads
+// them: the placement record.
+
+// The placement record's keys, in the slot of the tag "redlock", without
+// expiry: the number of copies a client takes when WithCopies does not
+// say, and, per number of copies, the copies' tags (space-separated).
+const (
+	copiesRecord    = "{redlock}copies"
+	placementRecord = "{redlock}placement:"
+)
 
 // maxCopies is DialCluster's number of copies when WithCopies does not
 // say: every master, up to five.
@@ -35,12 +53,20 @@ func WithCopies(n int) Option {
 // script of a lock runs in one slot; its quorum is a majority of copies.
 // Every feature of a Dial client works on it. Each copy follows its
 // slot to the master that serves it after a failover or a resharding
-// (node.FollowSlot); the copies' masters are chosen when it dials, so a
-// master added later is not used (see docs/CLUSTER.md). Errors wrap
-// ErrInvalid (no seeds, a bad URL, fewer than 3 masters, bad copies, a
-// server not in cluster mode), or the node error of the last seed tried.
+// (node.FollowSlot).
+//
+// The first client to dial a cluster records the number of copies and
+// their tags in the cluster (the placement record: keys
+// "{redlock}copies" and "{redlock}placement:N"); every later client uses
+// them, so that all clients lock the same keys whatever the topology
+// when each dialled. A master added later is therefore not used, and a
+// resharding may have put two copies on one master: the client then
+// logs a warning (see docs/CLUSTER.md). Errors wrap ErrInvalid (no
+// seeds, a bad URL, fewer than 3 masters, bad copies, a server not in
+// cluster mode, a placement record that does not parse), or the node
+// error of the last seed tried or of the placement record's master.
 func DialCluster(seeds []string, opts ...Option) (*Client, error) {
-	p, err := placeCluster(seeds, opts)
+	p, err := placeCluster(seeds, opts, true)
 	if err != nil {
 		return nil, err
 	}
@@ -49,10 +75,14 @@ func DialCluster(seeds []string, opts ...Option) (*Client, error) {
 		nodes[i] = node.FollowSlot(cp.Master, cp.Tag, p.known, p.nopts)
 	}
 	p.cfg.copies, p.cfg.only = 0, ""
-	c, err := newClient(nodes, p.cfg, true)
+	c, err := newClient(nodes, p.cfg, byCluster)
 	if err != nil {
 		closeAll(nodes)
 		return nil, err
+	}
+	for _, s := range p.shared() {
+		c.log.Warn("redlock: cluster: copies of every lock on one master: losing it loses them all",
+			"copies", s.copies, "master", s.master)
 	}
 	return c, nil
 }
@@ -67,10 +97,12 @@ type Copy struct {
 
 // ClusterCopies reads the cluster through seeds as DialCluster does and
 // returns where a client dialled with the same options places each
-// lock's copies now, in copy order; it keeps no connection. Errors are
+// lock's copies now, in copy order; it keeps no connection and, unlike
+// DialCluster, writes no placement record (where there is none, it
+// returns the placement a first client would record). Errors are
 // DialCluster's.
 func ClusterCopies(seeds []string, opts ...Option) ([]Copy, error) {
-	p, err := placeCluster(seeds, opts)
+	p, err := placeCluster(seeds, opts, false)
 	return p.copies, err
 }
 
@@ -82,8 +114,37 @@ type placement struct {
 	known  []node.Endpoint // every master
 }
 
-// placeCluster reads the cluster through seeds and places the copies.
-func placeCluster(seeds []string, opts []Option) (placement, error) {
+// sharing is copies on one master.
+type sharing struct {
+	copies []int
+	master string
+}
+
+// shared returns the masters that serve more than one copy.
+func (p placement) shared() []sharing {
+	var out []sharing
+	seen := map[string]int{} // master -> index in out + 1
+	for i, cp := range p.copies {
+		addr := cp.Master.Addr()
+		for j := range i {
+			if p.copies[j].Master.Addr() != addr {
+				continue
+			}
+			if seen[addr] == 0 {
+				out = append(out, sharing{copies: []int{j}, master: addr})
+				seen[addr] = len(out)
+			}
+			out[seen[addr]-1].copies = append(out[seen[addr]-1].copies, i)
+			break
+		}
+	}
+	return out
+}
+
+// placeCluster reads the cluster through seeds and places the copies as
+// the placement record says, recording them first where it says nothing
+// yet, if record is set.
+func placeCluster(seeds []string, opts []Option, record bool) (placement, error) {
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
@@ -127,16 +188,75 @@ func placeCluster(seeds []string, opts []Option) (placement, error) {
 	if err != nil {
 		return fail(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cmp.Or(nopts.Timeout, time.Second))
+	defer cancel()
+	tags, err := readPlacement(ctx, masters, n, cfg.copies == 0, record, nopts)
+	if err != nil {
+		return fail(err)
+	}
 	known := make([]node.Endpoint, len(masters))
 	for i, m := range masters {
 		known[i] = m.Endpoint
 	}
-	copies := make([]Copy, n)
-	for i, m := range masters[:n] {
-		tag := node.TagFor(m.Slots)
-		copies[i] = Copy{Master: m.Endpoint, Tag: tag, Slot: node.Slot("{" + tag + "}")}
+	copies := make([]Copy, len(tags))
+	for i, tag := range tags {
+		slot := node.Slot("{" + tag + "}")
+		m, ok := node.MasterOf(masters, slot)
+		if !ok {
+			return fail(fmt.Errorf("redlock: cluster: no master serves slot %d, copy %d's", slot, i))
+		}
+		copies[i] = Copy{Master: m.Endpoint, Tag: tag, Slot: slot}
 	}
 	return placement{cfg: cfg, nopts: nopts, copies: copies, known: known}, nil
+}
+
+// readPlacement returns the copies' tags from the placement record: n
+// copies, or, where byDefault (WithCopies did not say), the number the
+// record holds. What the record does not hold yet is proposed from the
+// topology (n copies on the first n masters, in the order of their first
+// slot, each under a tag of its master's, node.TagFor) and, if record is
+// set, recorded, so that every client reads the first proposal recorded.
+func readPlacement(ctx context.Context, masters []node.Master, n int, byDefault, record bool, opts node.Options) ([]string, error) {
+	get := func(key, proposal string) (string, error) {
+		set := proposal
+		if !record {
+			set = ""
+		}
+		v, err := node.ClusterRecord(ctx, masters, key, set, opts)
+		if err != nil {
+			return "", fmt.Errorf("redlock: cluster: the placement record: %w", err)
+		}
+		return cmp.Or(v, proposal), nil
+	}
+	if byDefault {
+		v, err := get(copiesRecord, strconv.Itoa(n))
+		if err != nil {
+			return nil, err
+		}
+		if n, err = strconv.Atoi(v); err != nil || n < 3 || n%2 == 0 {
+			return nil, fmt.Errorf("%w: cluster: %s holds %q, not an odd number of copies of 3 or more", ErrInvalid, copiesRecord, v)
+		}
+	}
+	var proposal []string
+	if n <= len(masters) {
+		proposal = make([]string, n)
+		for i, m := range masters[:n] {
+			proposal[i] = node.TagFor(m.Slots)
+		}
+	}
+	key := placementRecord + strconv.Itoa(n)
+	v, err := get(key, strings.Join(proposal, " "))
+	if err != nil {
+		return nil, err
+	}
+	if v == "" {
+		return nil, fmt.Errorf("%w: cluster: %d copies recorded, %d masters, and no tags for them in %s", ErrInvalid, n, len(masters), key)
+	}
+	tags := strings.Fields(v)
+	if len(tags) != n {
+		return nil, fmt.Errorf("%w: cluster: %s holds %q, not %d tags", ErrInvalid, key, v, n)
+	}
+	return tags, nil
 }
 
 // placeCopies returns the number of copies for a cluster of n masters.

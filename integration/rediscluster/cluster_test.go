@@ -68,7 +68,8 @@ func closeAll() {
 
 // leftovers lists the keys matching pattern on the nodes that are
 // masters now (a node down holds nothing; a replica follows its master),
-// fence counters apart (they outlive locks by design).
+// fence counters and the placement record apart (they outlive locks by
+// design).
 func leftovers(rc *cluster.RedisCluster, pattern string) string {
 	var b strings.Builder
 	for i := range rc.Size() {
@@ -76,7 +77,7 @@ func leftovers(rc *cluster.RedisCluster, pattern string) string {
 			continue
 		}
 		for _, k := range keysOn(rc, i, pattern) {
-			if !strings.HasSuffix(k, ":fence") {
+			if !strings.HasSuffix(k, ":fence") && !strings.HasPrefix(k, "{redlock}") {
 				fmt.Fprintf(&b, "master %d: %s; ", i, k)
 			}
 		}

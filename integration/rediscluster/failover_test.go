@@ -1,10 +1,13 @@
 package rediscluster_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,9 +124,13 @@ func testFailover(t *testing.T, masters int) {
 }
 
 // TestClusterReshardingAHeldLocksSlot: the slot of a held lock's copy 0
-// moves, keys and all, from master 0 to master 1. The copy follows the
-// MOVED reply: Extend and Unlock still succeed, and the copy is extended
-// and released on master 1.
+// moves, keys and all, from master 0 to master 1. Half-way (the copy's
+// key migrated, the slot still master 0's), the copy's extend follows
+// master 0's ASK reply to master 1 and succeeds there; a new lock is
+// granted by the other copies (its copy 0's scripts, on keys absent on
+// both sides, are answered TRYAGAIN until the move ends). Once moved,
+// the held lock's copy follows the MOVED reply: Extend and Unlock still
+// succeed, and the copy is extended and released on master 1.
 func TestClusterReshardingAHeldLocksSlot(t *testing.T) {
 	ctx := context.Background()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -131,28 +138,116 @@ func TestClusterReshardingAHeldLocksSlot(t *testing.T) {
 	cancel()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rc.Close() })
-	c := dial(t, rc)
+	var failed sync.Map // failed calls while watched, by copy: "copy op" -> error
+	var watch atomic.Bool
+	c := dial(t, rc, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Err != nil && watch.Load() {
+			failed.Store(fmt.Sprintf("copy %d %s", i.Node, i.Op), i.Err.Error())
+		}
+	}}))
 	k := key(t, rc)
 	l, err := c.Lock(ctx, k)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return holds(rc, 0, k) }, 5*time.Second, 10*time.Millisecond, "copy 0 on master 0")
 
 	tag := "{" + node.TagFor([]node.SlotRange{{First: 0, Last: 16384/3 - 1}}) + "}" // master 0's: copy 0's
-	require.NoError(t, rc.MoveSlot(ctx, node.Slot(tag), 0, 1))
+	slot := node.Slot(tag)
+	require.NoError(t, rc.BeginMoveSlot(ctx, slot, 0, 1))
+	require.NoError(t, rc.MigrateSlotKeys(ctx, slot, 0, 1))
+	require.False(t, holds(rc, 0, k), "the copy's key left master 0")
+	watch.Store(true)
+	require.NoError(t, l.Extend(ctx, 30*time.Second), "half-way through the move")
+	watch.Store(false)
+	failed.Range(func(k, v any) bool {
+		t.Errorf("%s: %s", k, v)
+		return true
+	})
+	l2, err := c.Lock(ctx, key(t, rc))
+	require.NoError(t, err, "a new lock, half-way through the move")
+	require.NoError(t, l2.Unlock(ctx))
+
+	require.NoError(t, rc.FinishMoveSlot(ctx, slot, 0, 1))
+	a := rc.Admin(1)
+	v, err := a.Command(ctx, "PTTL", tag+k)
+	a.Close()
+	require.NoError(t, err)
+	assert.Greater(t, v, int64(20_000), "copy 0 extended on master 1, after ASK (the lock's TTL is 10s)")
 	require.False(t, holds(rc, 0, k), "the copy left master 0")
 	require.True(t, holds(rc, 1, k), "the copy is on master 1")
 
-	require.NoError(t, l.Extend(ctx, 20*time.Second), "two copies of three at least")
+	require.NoError(t, l.Extend(ctx, 40*time.Second), "two copies of three at least")
 	require.Eventually(t, func() bool {
-		if l.Extend(ctx, 30*time.Second) != nil {
+		if l.Extend(ctx, 50*time.Second) != nil {
 			return false
 		}
 		a := rc.Admin(1)
 		defer a.Close()
 		v, err := a.Command(ctx, "PTTL", tag+k)
 		ms, _ := v.(int64)
-		return err == nil && ms > 20000
+		return err == nil && ms > 40_000
 	}, 5*time.Second, 50*time.Millisecond, "copy 0 extended on master 1 (it followed the MOVED reply)")
 	require.NoError(t, l.Unlock(ctx))
 	require.Eventually(t, func() bool { return !holds(rc, 1, k) }, 5*time.Second, 10*time.Millisecond, "both copies on master 1 released")
+}
+
+// TestClusterClientsAgreeOnTheCopiesAcrossAResharding: every client
+// places a lock's copies under the tags the first one recorded, whatever
+// the topology when it dials. The slot of copy 0's tag moves from
+// master 0 to master 1; a client dialled afterwards uses the same tags
+// (reading the topology afresh would give copy 0 another tag of master
+// 0's, and the two clients would lock different keys: their majorities
+// need not meet), finds copy 0 on master 1 beside copy 1 and warns; a
+// lock the first client holds excludes it.
+func TestClusterClientsAgreeOnTheCopiesAcrossAResharding(t *testing.T) {
+	ctx := context.Background()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rc, err := cluster.StartRedisCluster(sctx, 3, 0)
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	seeds := []string{rc.URL(0), rc.URL(1), rc.URL(2)}
+
+	before, err := redlock.ClusterCopies(seeds)
+	require.NoError(t, err)
+	a := dial(t, rc)
+	k := key(t, rc)
+	l, err := a.Lock(ctx, k)
+	require.NoError(t, err)
+
+	require.NoError(t, rc.MoveSlot(ctx, before[0].Slot, 0, 1))
+	after, err := redlock.ClusterCopies(seeds)
+	require.NoError(t, err)
+	require.Len(t, after, len(before))
+	for i := range after {
+		assert.Equal(t, before[i].Tag, after[i].Tag, "copy %d's tag, as recorded", i)
+	}
+	assert.Equal(t, after[1].Master.Addr(), after[0].Master.Addr(), "copy 0 moved to copy 1's master")
+
+	logs := &syncBuffer{}
+	b := dial(t, rc, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	assert.Contains(t, logs.String(), "copies of every lock on one master", "the second client warns")
+	_, err = b.TryLock(ctx, k)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired, "the first client's lock excludes the second")
+	require.NoError(t, l.Unlock(ctx))
+	l2, err := b.TryLock(ctx, k)
+	require.NoError(t, err)
+	require.NoError(t, l2.Unlock(ctx))
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (a logger's).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
