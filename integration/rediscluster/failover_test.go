@@ -20,6 +20,18 @@ import (
 	"github.com/quorumlock/redlock/redlock"
 )
 
+// startCluster starts a cluster of the test's own (one it may break),
+// closed at the end of the test.
+func startCluster(t *testing.T, masters, replicas int) *cluster.RedisCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rc, err := cluster.StartRedisCluster(ctx, masters, replicas)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
 // promoted waits until node i of rc reports itself a master.
 func promoted(t *testing.T, rc *cluster.RedisCluster, i int) {
 	t.Helper()
@@ -52,11 +64,7 @@ func TestClusterFailover(t *testing.T) {
 
 func testFailover(t *testing.T, masters int) {
 	ctx := context.Background()
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	rc, err := cluster.StartRedisCluster(sctx, masters, 1)
-	cancel()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rc.Close() })
+	rc := startCluster(t, masters, 1)
 	c := dial(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
 
 	k := key(t, rc)
@@ -133,11 +141,7 @@ func testFailover(t *testing.T, masters int) {
 // succeed, and the copy is extended and released on master 1.
 func TestClusterReshardingAHeldLocksSlot(t *testing.T) {
 	ctx := context.Background()
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	rc, err := cluster.StartRedisCluster(sctx, 3, 0)
-	cancel()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rc.Close() })
+	rc := startCluster(t, 3, 0)
 	var failed sync.Map // failed calls while watched, by copy: "copy op" -> error
 	var watch atomic.Bool
 	c := dial(t, rc, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
@@ -200,11 +204,7 @@ func TestClusterReshardingAHeldLocksSlot(t *testing.T) {
 // lock the first client holds excludes it.
 func TestClusterClientsAgreeOnTheCopiesAcrossAResharding(t *testing.T) {
 	ctx := context.Background()
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	rc, err := cluster.StartRedisCluster(sctx, 3, 0)
-	cancel()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rc.Close() })
+	rc := startCluster(t, 3, 0)
 	seeds := []string{rc.URL(0), rc.URL(1), rc.URL(2)}
 
 	before, err := redlock.ClusterCopies(seeds)
