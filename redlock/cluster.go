@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,25 +121,20 @@ type sharing struct {
 	master string
 }
 
-// shared returns the masters that serve more than one copy.
+// shared returns the masters that serve more than one copy, in the order
+// of their first copy.
 func (p placement) shared() []sharing {
-	var out []sharing
-	seen := map[string]int{} // master -> index in out + 1
+	var groups []sharing
 	for i, cp := range p.copies {
 		addr := cp.Master.Addr()
-		for j := range i {
-			if p.copies[j].Master.Addr() != addr {
-				continue
-			}
-			if seen[addr] == 0 {
-				out = append(out, sharing{copies: []int{j}, master: addr})
-				seen[addr] = len(out)
-			}
-			out[seen[addr]-1].copies = append(out[seen[addr]-1].copies, i)
-			break
+		j := slices.IndexFunc(groups, func(g sharing) bool { return g.master == addr })
+		if j < 0 {
+			groups = append(groups, sharing{master: addr})
+			j = len(groups) - 1
 		}
+		groups[j].copies = append(groups[j].copies, i)
 	}
-	return out
+	return slices.DeleteFunc(groups, func(g sharing) bool { return len(g.copies) < 2 })
 }
 
 // placeCluster reads the cluster through seeds and places the copies as

@@ -3,6 +3,10 @@ package redlock
 import (
 	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/quorumlock/redlock/node"
 )
 
 // placeCopies: every master up to five, one fewer when even; WithCopies
@@ -25,4 +29,13 @@ func TestPlaceCopies(t *testing.T) {
 			t.Errorf("%d masters, copies %d: want %d, got %d, %v", tc.masters, tc.copies, tc.want, got, err)
 		}
 	}
+}
+
+// shared groups the copies that sit on one master, in the order of
+// their first copy, and leaves out masters with one copy.
+func TestSharedGroupsCopiesByMaster(t *testing.T) {
+	at := func(port int) Copy { return Copy{Master: node.Endpoint{Host: "h", Port: port}} }
+	p := placement{copies: []Copy{at(1), at(2), at(1), at(3), at(2)}}
+	assert.Equal(t, []sharing{{copies: []int{0, 2}, master: "h:1"}, {copies: []int{1, 4}, master: "h:2"}}, p.shared())
+	assert.Empty(t, placement{copies: []Copy{at(1), at(2), at(3)}}.shared())
 }
