@@ -46,6 +46,17 @@ type LateAnswerer interface {
 	LastLate() (at time.Time, rtt time.Duration)
 }
 
+// Mover is a Node whose master can change while it runs: a lock's copy
+// on a Redis Cluster (FollowSlot) follows its slot to the master that
+// serves it after a resharding or a failover. It is optional; a client
+// uses it to see two copies land on one master.
+type Mover interface {
+	// OnMove sets fn (nil: none), called after each move with the new
+	// master's address, on the goroutine of the call or topology read
+	// that saw the move. fn must not block.
+	OnMove(fn func(addr string))
+}
+
 // Info is what Inspect reports about one key on one node.
 type Info struct {
 	// Token is the value stored under the key, "" when the key is absent.

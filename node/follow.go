@@ -53,7 +53,8 @@ type follower struct {
 	old    []*Redis          // masters moved away from, closed at Close
 	asking map[string]*Redis // by address: the nodes ASK replies named (askAt), closed at Close
 	closed bool
-	wg     sync.WaitGroup // topology reads under way
+	moved  func(addr string) // OnMove's
+	wg     sync.WaitGroup    // topology reads under way
 }
 
 // after looks at a call's error on n: a MOVED for the copy's slot moves
@@ -86,20 +87,25 @@ func movedTo(err error, slot int) string {
 }
 
 // moveTo makes addr the copy's master, unless the copy has moved from n
-// already or is there.
+// already or is there, and then tells OnMove's function.
 func (f *follower) moveTo(from *Redis, addr string) {
 	ep, ok := f.endpoint(addr)
 	if !ok {
 		return
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	cur := f.s.cur.Load()
 	if f.closed || cur.n != from && from != nil || cur.addr == addr {
+		f.mu.Unlock()
 		return
 	}
 	f.old = append(f.old, cur.n)
 	f.s.cur.Store(&current{n: f.master(ep), addr: ep.Addr()})
+	moved := f.moved
+	f.mu.Unlock()
+	if moved != nil {
+		moved(ep.Addr())
+	}
 }
 
 // endpoint is the master at addr ("host:port", as MOVED and ASK name

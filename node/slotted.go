@@ -41,6 +41,7 @@ var (
 	_ Announcer    = (*slotted)(nil)
 	_ Inspector    = (*slotted)(nil)
 	_ LateAnswerer = (*slotted)(nil)
+	_ Mover        = (*slotted)(nil)
 	_ io.Closer    = (*slotted)(nil)
 )
 
@@ -177,6 +178,13 @@ func (s *slotted) Inspect(ctx context.Context, key string) (Info, error) {
 
 func (s *slotted) LastLate() (time.Time, time.Duration) {
 	return s.cur.Load().n.LastLate()
+}
+
+// OnMove sets fn, called after each move of the copy to another master.
+func (s *slotted) OnMove(fn func(addr string)) {
+	s.follow.mu.Lock()
+	defer s.follow.mu.Unlock()
+	s.follow.moved = fn
 }
 
 func (s *slotted) Close() error {

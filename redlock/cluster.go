@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quorumlock/redlock/node"
@@ -61,8 +63,9 @@ func WithCopies(n int) Option {
 // "{redlock}copies" and "{redlock}placement:N"); every later client uses
 // them, so that all clients lock the same keys whatever the topology
 // when each dialled. A master added later is therefore not used, and a
-// resharding may have put two copies on one master: the client then
-// logs a warning (see docs/CLUSTER.md). Errors wrap ErrInvalid (no
+// resharding or a failover may put two copies on one master, at dial or
+// later: the client then logs a warning and reports it to the Colocated
+// hook (see docs/CLUSTER.md). Errors wrap ErrInvalid (no
 // seeds, a bad URL, fewer than 3 masters, bad copies, a server not in
 // cluster mode, a placement record that does not parse), or the node
 // error of the last seed tried or of the placement record's master.
@@ -81,11 +84,56 @@ func DialCluster(seeds []string, opts ...Option) (*Client, error) {
 		closeAll(nodes)
 		return nil, err
 	}
-	for _, s := range p.shared() {
-		c.log.Warn("redlock: cluster: copies of every lock on one master: losing it loses them all",
-			"copies", s.copies, "master", s.master)
+	w := &colocation{nodes: nodes, log: c.log, hook: c.cfg.hooks.Colocated}
+	for _, n := range nodes {
+		if m, ok := n.(node.Mover); ok {
+			m.OnMove(func(string) { w.check() })
+		}
 	}
+	w.check()
 	return c, nil
+}
+
+// colocation watches a cluster client's copies for masters that serve
+// more than one of them (a resharding or a failover moved a copy's slot
+// onto another copy's master; the placement record keeps the copies'
+// tags): it logs each change and reports it to the Colocated hook.
+type colocation struct {
+	nodes []node.Node
+	log   *slog.Logger
+	hook  func(copies int)
+
+	mu     sync.Mutex
+	shared int // copies on a master that serves another copy too
+}
+
+// check counts the copies that share a master now and reports a change.
+func (w *colocation) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	addrs := make([]string, len(w.nodes))
+	for i, n := range w.nodes {
+		addrs[i] = n.Addr()
+	}
+	groups := shared(addrs)
+	n := 0
+	for _, g := range groups {
+		n += len(g.copies)
+	}
+	if n == w.shared {
+		return
+	}
+	w.shared = n
+	for _, g := range groups {
+		w.log.Warn("redlock: cluster: copies of every lock on one master: losing it loses them all",
+			"copies", g.copies, "master", g.master)
+	}
+	if n == 0 {
+		w.log.Info("redlock: cluster: every copy on a master of its own again")
+	}
+	if w.hook != nil {
+		w.hook(n)
+	}
 }
 
 // Copy is where a DialCluster client keeps one copy of every lock: on a
@@ -121,12 +169,11 @@ type sharing struct {
 	master string
 }
 
-// shared returns the masters that serve more than one copy, in the order
-// of their first copy.
-func (p placement) shared() []sharing {
+// shared returns the masters (addresses, by copy) that serve more than
+// one copy, in the order of their first copy.
+func shared(addrs []string) []sharing {
 	var groups []sharing
-	for i, cp := range p.copies {
-		addr := cp.Master.Addr()
+	for i, addr := range addrs {
 		j := slices.IndexFunc(groups, func(g sharing) bool { return g.master == addr })
 		if j < 0 {
 			groups = append(groups, sharing{master: addr})

@@ -1,7 +1,12 @@
 package redlock
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,8 +39,49 @@ func TestPlaceCopies(t *testing.T) {
 // shared groups the copies that sit on one master, in the order of
 // their first copy, and leaves out masters with one copy.
 func TestSharedGroupsCopiesByMaster(t *testing.T) {
-	at := func(port int) Copy { return Copy{Master: node.Endpoint{Host: "h", Port: port}} }
-	p := placement{copies: []Copy{at(1), at(2), at(1), at(3), at(2)}}
-	assert.Equal(t, []sharing{{copies: []int{0, 2}, master: "h:1"}, {copies: []int{1, 4}, master: "h:2"}}, p.shared())
-	assert.Empty(t, placement{copies: []Copy{at(1), at(2), at(3)}}.shared())
+	assert.Equal(t, []sharing{{copies: []int{0, 2}, master: "h:1"}, {copies: []int{1, 4}, master: "h:2"}},
+		shared([]string{"h:1", "h:2", "h:1", "h:3", "h:2"}))
+	assert.Empty(t, shared([]string{"h:1", "h:2", "h:3"}))
+}
+
+// movingNode is a copy whose master an atomic changes.
+type movingNode struct {
+	node.Node
+	addr *atomic.Pointer[string]
+}
+
+func (n movingNode) Addr() string { return *n.addr.Load() }
+
+// TestColocationReportsEachChange: the watcher logs and reports the
+// copies that share a master whenever that number changes, and 0 once
+// every copy has a master of its own again; a check that finds the same
+// number reports nothing.
+func TestColocationReportsEachChange(t *testing.T) {
+	addrs := make([]*atomic.Pointer[string], 3)
+	nodes := make([]node.Node, 3)
+	for i := range addrs {
+		addrs[i] = &atomic.Pointer[string]{}
+		a := fmt.Sprintf("h:%d", i+1)
+		addrs[i].Store(&a)
+		nodes[i] = movingNode{addr: addrs[i]}
+	}
+	move := func(i int, a string) { addrs[i].Store(&a) }
+	var got []int
+	logs := &bytes.Buffer{}
+	w := &colocation{nodes: nodes, log: slog.New(slog.NewTextHandler(logs, nil)), hook: func(n int) { got = append(got, n) }}
+
+	w.check()
+	assert.Empty(t, got, "distinct masters at dial: nothing to report")
+	move(0, "h:2")
+	w.check()
+	w.check()
+	move(2, "h:2")
+	w.check()
+	move(2, "h:3")
+	move(0, "h:1")
+	w.check()
+	assert.Equal(t, []int{2, 3, 0}, got)
+	assert.Equal(t, 2, strings.Count(logs.String(), "copies of every lock on one master"), logs.String())
+	assert.Contains(t, logs.String(), "copies=\"[0 1 2]\" master=h:2")
+	assert.Contains(t, logs.String(), "every copy on a master of its own again")
 }

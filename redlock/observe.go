@@ -29,6 +29,13 @@ type Hooks struct {
 	NodeCall func(NodeCallInfo)
 	// Breaker is called when a node's circuit breaker changes state.
 	Breaker func(BreakerChange)
+	// Colocated is called, on a DialCluster client, when the number of
+	// copies that share their master with another copy changes (a
+	// resharding or a failover moved a copy's slot onto another copy's
+	// master), and at dial when that number is not 0; 0 when every copy
+	// is on a master of its own again. While it is not 0, losing one
+	// master loses that many copies of every lock (docs/CLUSTER.md).
+	Colocated func(copies int)
 }
 
 // AcquireInfo describes one TryLock or Lock call.

@@ -28,6 +28,7 @@ import (
 //	redlock.node.call        histogram, seconds per node command, by node and op
 //	redlock.node.errors      counter, by node, op and kind (as node.KindOf names it)
 //	redlock.breaker.changes  counter, by node and the state entered
+//	redlock.cluster.colocated gauge, a DialCluster client's copies that share their master with another copy
 //
 // It fails only if meter refuses an instrument.
 func Hooks(meter metric.Meter) (redlock.Hooks, error) {
@@ -52,6 +53,9 @@ func Hooks(meter metric.Meter) (redlock.Hooks, error) {
 	r.calls = hist("redlock.node.call", "Latency of each command on each node")
 	r.errs = counter("redlock.node.errors", "Failed node commands by node, op and kind")
 	r.changes = counter("redlock.breaker.changes", "Circuit breaker changes by node and the state entered")
+	var err error
+	r.colocated, err = meter.Int64Gauge("redlock.cluster.colocated", metric.WithDescription("A DialCluster client's lock copies that share their master with another copy"))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return redlock.Hooks{}, err
 	}
@@ -61,6 +65,7 @@ func Hooks(meter metric.Meter) (redlock.Hooks, error) {
 type recorder struct {
 	acquires, extends, unlocks, lost, errs, changes metric.Int64Counter
 	wait, hold, calls                               metric.Float64Histogram
+	colocated                                       metric.Int64Gauge
 }
 
 func outcome(o string) metric.MeasurementOption {
@@ -94,5 +99,6 @@ func (r recorder) hooks() redlock.Hooks {
 		Breaker: func(c redlock.BreakerChange) {
 			r.changes.Add(ctx, 1, metric.WithAttributes(attribute.String("node", c.Addr), attribute.String("state", c.To.String())))
 		},
+		Colocated: func(n int) { r.colocated.Record(ctx, int64(n)) },
 	}
 }

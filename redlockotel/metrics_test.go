@@ -18,7 +18,8 @@ import (
 )
 
 // sum adds up the data points of instrument name whose attributes
-// include want: counters' values, histograms' counts; -1 when none.
+// include want: counters' and gauges' values, histograms' counts; -1
+// when none.
 func sum(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) float64 {
 	total, found := 0.0, false
 	match := func(set attribute.Set) bool {
@@ -36,6 +37,12 @@ func sum(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue)
 			}
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if match(p.Attributes) {
+						total, found = total+float64(p.Value), true
+					}
+				}
+			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					if match(p.Attributes) {
 						total, found = total+float64(p.Value), true
@@ -102,4 +109,24 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	assert.GreaterOrEqual(t, unreachable, 3.0)
 	assert.Greater(t, skipped, unreachable, "most calls to the dead node are skipped")
 	assert.Equal(t, 1.0, sum(rm, "redlock.breaker.changes", attribute.String("node", dead), attribute.String("state", "open")))
+}
+
+// The cluster gauge records what a DialCluster client last reported (the
+// hook is exercised against a real cluster in integration/rediscluster).
+func TestColocatedGauge(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+	hooks, err := redlockotel.Hooks(provider.Meter("redlock-test"))
+	require.NoError(t, err)
+	read := func() float64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		return sum(rm, "redlock.cluster.colocated")
+	}
+	assert.Equal(t, -1.0, read(), "nothing reported yet")
+	hooks.Colocated(2)
+	assert.Equal(t, 2.0, read())
+	hooks.Colocated(0)
+	assert.Equal(t, 0.0, read())
 }

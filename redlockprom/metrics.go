@@ -17,7 +17,8 @@ import (
 )
 
 // Metrics is a prometheus.Collector fed by a redlock client's hooks. One
-// Metrics may serve several clients; nodes are labelled by address.
+// Metrics may serve several clients; nodes are labelled by address (the
+// cluster gauge shows the last client's report).
 type Metrics struct {
 	acquires  *prometheus.CounterVec   // outcome
 	wait      *prometheus.HistogramVec // outcome
@@ -28,6 +29,7 @@ type Metrics struct {
 	calls     *prometheus.HistogramVec // node, op
 	errs      *prometheus.CounterVec   // node, op, kind
 	breaker   *prometheus.GaugeVec     // node
+	colocated prometheus.Gauge
 	collected []prometheus.Collector
 }
 
@@ -61,7 +63,10 @@ func New(namespace string) *Metrics {
 	bo := name("breaker_state")
 	m.breaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: bo.Namespace, Subsystem: bo.Subsystem, Name: bo.Name,
 		Help: "Each node's circuit breaker: 0 closed, 1 open, 2 half-open."}, []string{"node"})
-	m.collected = []prometheus.Collector{m.acquires, m.wait, m.extends, m.unlocks, m.hold, m.lost, m.calls, m.errs, m.breaker}
+	co := name("cluster_colocated_copies")
+	m.colocated = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: co.Namespace, Subsystem: co.Subsystem, Name: co.Name,
+		Help: "A DialCluster client's lock copies that share their master with another copy (0: each on a master of its own); losing that master loses them all."})
+	m.collected = []prometheus.Collector{m.acquires, m.wait, m.extends, m.unlocks, m.hold, m.lost, m.calls, m.errs, m.breaker, m.colocated}
 	return m
 }
 
@@ -106,5 +111,6 @@ func (m *Metrics) Hooks() redlock.Hooks {
 		Breaker: func(c redlock.BreakerChange) {
 			m.breaker.WithLabelValues(c.Addr).Set(float64(c.To))
 		},
+		Colocated: func(n int) { m.colocated.Set(float64(n)) },
 	}
 }

@@ -99,3 +99,16 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	assert.Equal(t, 1.0, value(t, reg, "redlock_breaker_state", map[string]string{"node": dead}), "open")
 	assert.Equal(t, -1.0, value(t, reg, "redlock_breaker_state", map[string]string{"node": liveAddr}), "never changed")
 }
+
+// The cluster gauge shows what a DialCluster client last reported (the
+// hook is exercised against a real cluster in integration/rediscluster).
+func TestColocatedGauge(t *testing.T) {
+	m := redlockprom.New("app")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	assert.Equal(t, 0.0, value(t, reg, "app_redlock_cluster_colocated_copies", nil))
+	m.Hooks().Colocated(2)
+	assert.Equal(t, 2.0, value(t, reg, "app_redlock_cluster_colocated_copies", nil))
+	m.Hooks().Colocated(0)
+	assert.Equal(t, 0.0, value(t, reg, "app_redlock_cluster_colocated_copies", nil))
+}

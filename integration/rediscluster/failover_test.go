@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,7 +210,8 @@ func TestClusterClientsAgreeOnTheCopiesAcrossAResharding(t *testing.T) {
 
 	before, err := redlock.ClusterCopies(seeds)
 	require.NoError(t, err)
-	a := dial(t, rc)
+	var seenA colocated
+	a := dial(t, rc, redlock.WithHooks(redlock.Hooks{Colocated: seenA.add}))
 	k := key(t, rc)
 	l, err := a.Lock(ctx, k)
 	require.NoError(t, err)
@@ -224,14 +226,45 @@ func TestClusterClientsAgreeOnTheCopiesAcrossAResharding(t *testing.T) {
 	assert.Equal(t, after[1].Master.Addr(), after[0].Master.Addr(), "copy 0 moved to copy 1's master")
 
 	logs := &syncBuffer{}
-	b := dial(t, rc, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	var seenB colocated
+	b := dial(t, rc, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), redlock.WithHooks(redlock.Hooks{Colocated: seenB.add}))
 	assert.Contains(t, logs.String(), "copies of every lock on one master", "the second client warns")
+	assert.Equal(t, []int{2}, seenB.get(), "the second client reports two copies on one master at dial")
 	_, err = b.TryLock(ctx, k)
 	require.ErrorIs(t, err, redlock.ErrNotAcquired, "the first client's lock excludes the second")
+	assert.Empty(t, seenA.get(), "the first client has not used copy 0 since it moved")
 	require.NoError(t, l.Unlock(ctx))
+	assert.Equal(t, []int{2}, seenA.get(), "the first client's copy 0 followed MOVED onto copy 1's master")
 	l2, err := b.TryLock(ctx, k)
 	require.NoError(t, err)
 	require.NoError(t, l2.Unlock(ctx))
+
+	require.NoError(t, rc.MoveSlot(ctx, before[0].Slot, 1, 0))
+	for _, c := range []*redlock.Client{a, b} {
+		l, err := c.TryLock(ctx, k)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	assert.Equal(t, []int{2, 0}, seenA.get(), "every copy on a master of its own again")
+	assert.Equal(t, []int{2, 0}, seenB.get())
+}
+
+// colocated records what a Colocated hook reports.
+type colocated struct {
+	mu   sync.Mutex
+	seen []int
+}
+
+func (c *colocated) add(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, n)
+}
+
+func (c *colocated) get() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seen)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (a logger's).
