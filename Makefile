@@ -8,7 +8,8 @@
 #               make bench-go: go test -bench of one lock+unlock cycle.
 #   make experiments  clock-drift experiments (docs/EXPERIMENTS.md).
 #   make torture  about ten minutes of randomized, seeded histories with
-#               injected faults (integration/torture); prints histories,
+#               injected faults (integration/torture), then 20 s of them
+#               on a Redis Cluster client's copies; prints histories,
 #               operations, faults by kind and violations per oracle.
 #               make test runs a short budget of the same.
 #   make lint   gofmt + go vet, in every module.

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -31,7 +32,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock/integration/checker"
-	"github.com/quorumlock/redlock/integration/cluster"
 	"github.com/quorumlock/redlock/integration/faultnode"
 	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
@@ -172,7 +172,7 @@ func (r *Result) String() string {
 type history struct {
 	cfg    Config
 	seed   int64
-	cl     *cluster.Cluster
+	nodes  Nodes
 	prefix string
 	states []*faultnode.State
 	sched  faultnode.Schedule
@@ -206,15 +206,15 @@ func (h *history) note(at time.Time, format string, args ...any) {
 	h.mu.Unlock()
 }
 
-// Run runs the history of seed on cl and checks it.
-func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Result {
-	h := &history{cfg: cfg, seed: seed, cl: cl, prefix: fmt.Sprintf("fh:%d:", seed), opsBy: map[string]int{}}
+// Run runs the history of seed on nodes and checks it.
+func Run(ctx context.Context, nodes Nodes, cfg Config, seed int64) *Result {
+	h := &history{cfg: cfg, seed: seed, nodes: nodes, prefix: fmt.Sprintf("fh:%d:", seed), opsBy: map[string]int{}}
 	h.sched = cfg.Faults
 	h.sched.Seed = seed
 	res := &Result{Seed: seed, Violations: map[Oracle][]string{}}
 	defer h.cleanup(res)
 
-	n := cl.Size()
+	n := nodes.Size()
 	h.states = make([]*faultnode.State, n)
 	for i := range h.states {
 		h.states[i] = &faultnode.State{Wipe: func(ctx context.Context) error { return h.del(ctx, i) }}
@@ -228,18 +228,20 @@ func Run(ctx context.Context, cl *cluster.Cluster, cfg Config, seed int64) *Resu
 	}
 	clients := make([]*redlock.Client, cfg.Clients)
 	var wrapped []*faultnode.Node
-	urls := cl.URLs()
 	for c := range clients {
 		nodes := make([]node.Node, n)
-		for i, u := range urls {
-			ep, err := node.ParseURL(u)
+		for i := range nodes {
+			in, err := h.nodes.New(i)
 			if err != nil {
 				res.Errors = append(res.Errors, err.Error())
 				return res
 			}
-			fn, err := faultnode.Wrap(node.New(ep, node.Options{}), &h.sched, uint64(c*n+i), h.states[i])
+			fn, err := faultnode.Wrap(in, &h.sched, uint64(c*n+i), h.states[i])
 			if err != nil {
 				res.Errors = append(res.Errors, err.Error())
+				if cl, ok := in.(io.Closer); ok {
+					_ = cl.Close()
+				}
 				return res
 			}
 			nodes[i] = fn

@@ -31,7 +31,7 @@ func (h *history) lockKeys() []string {
 func (h *history) checkFree(res *Result) {
 	start := time.Now()
 	bound := h.cfg.NodeTimeout + h.cfg.RoundTrip
-	need := quorum.Majority(h.cl.Size())
+	need := quorum.Majority(h.nodes.Size())
 	var slowest time.Duration
 	for _, k := range h.lockKeys() {
 		for {
@@ -111,10 +111,10 @@ func (h *history) freeOn(key string) (int, string, time.Duration, error) {
 	free := 0
 	var held []string
 	var slowest time.Duration
-	for i := range h.cl.Size() {
+	for i := range h.nodes.Size() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		start := time.Now()
-		info, err := h.cl.Direct(i).Inspect(ctx, key)
+		info, err := h.nodes.Direct(i).Inspect(ctx, key)
 		slowest = max(slowest, time.Since(start))
 		cancel()
 		if err != nil {
@@ -146,9 +146,9 @@ func (h *history) checkLeftovers(res *Result) {
 	if tombMax == 0 {
 		tombMax = 2*time.Second + h.cfg.NodeTimeout
 	}
-	for i := range h.cl.Size() {
+	for i := range h.nodes.Size() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		keys, err := h.cl.Direct(i).Keys(ctx, h.prefix+"*")
+		keys, err := h.nodes.Direct(i).Keys(ctx, h.prefix+"*")
 		cancel()
 		if err != nil {
 			h.unreadable(res) // a node down has nothing left
@@ -160,11 +160,11 @@ func (h *history) checkLeftovers(res *Result) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			v, _ := h.cl.Direct(i).Command(ctx, "GET", k)
-			ttl, _ := h.cl.Direct(i).Command(ctx, "PTTL", k)
+			v, _ := h.nodes.Direct(i).Command(ctx, "GET", k)
+			ttl, _ := h.nodes.Direct(i).Command(ctx, "PTTL", k)
 			if b, ok := v.([]byte); ok {
 				v = string(b)
-			} else if all, err := h.cl.Direct(i).Command(ctx, "HGETALL", k); err == nil {
+			} else if all, err := h.nodes.Direct(i).Command(ctx, "HGETALL", k); err == nil {
 				// A queue (a hash): its entries say whose it is.
 				if fs, ok := all.([]any); ok {
 					var kv []string
@@ -197,12 +197,12 @@ func (h *history) checkLeftovers(res *Result) {
 // restart without persistence loses them (the nodes then seed them from
 // their clocks again).
 func (h *history) del(ctx context.Context, i int) error {
-	keys, err := h.cl.Direct(i).Keys(ctx, h.prefix+"*")
+	keys, err := h.nodes.Direct(i).Keys(ctx, h.prefix+"*")
 	if err != nil {
 		return err
 	}
 	for _, k := range keys {
-		if _, err := h.cl.Direct(i).Command(ctx, "DEL", k); err != nil {
+		if _, err := h.nodes.Direct(i).Command(ctx, "DEL", k); err != nil {
 			return err
 		}
 	}
@@ -212,7 +212,7 @@ func (h *history) del(ctx context.Context, i int) error {
 // cleanup deletes every key of the history on every node, so that the
 // next history and the package's leftover check start clean.
 func (h *history) cleanup(res *Result) {
-	for i := range h.cl.Size() {
+	for i := range h.nodes.Size() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := h.del(ctx, i); err != nil {
 			// A node down for a restart without persistence comes

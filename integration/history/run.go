@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quorumlock/redlock/integration/cluster"
 	"github.com/quorumlock/redlock/integration/faultnode"
 )
 
@@ -144,7 +143,7 @@ type Options struct {
 // RunMany runs histories of seeds FirstSeed, FirstSeed+1, ... until the
 // budget is spent, Concurrency at a time, and adds them up. It returns the
 // summary and the results that failed a Fatal oracle.
-func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*Summary, []*Result) {
+func RunMany(ctx context.Context, nodes Nodes, cfg Config, o Options) (*Summary, []*Result) {
 	sum := newSummary()
 	start := time.Now()
 	var mu sync.Mutex
@@ -169,7 +168,7 @@ func RunMany(ctx context.Context, cl *cluster.Cluster, cfg Config, o Options) (*
 			case <-ctx.Done():
 			}
 			for seed := range seeds {
-				r := Run(ctx, cl, cfg, seed)
+				r := Run(ctx, nodes, cfg, seed)
 				mu.Lock()
 				sum.add(r)
 				bad := r.Failed(o.Fatal)

@@ -27,7 +27,7 @@ func TestExclusionOracleCatchesUnsafeRestarts(t *testing.T) {
 	// restart and another TryLock lands before it ends: about one in ten
 	// here (12 histories missed it in about one run of three; 48, in
 	// about one in thirty by that rate), so 96.
-	sum, _ := history.RunMany(context.Background(), shared, cfg, history.Options{Max: 96, Budget: 2 * time.Minute, Concurrency: 6, FirstSeed: 1})
+	sum, _ := history.RunMany(context.Background(), history.Standalone(shared), cfg, history.Options{Max: 96, Budget: 2 * time.Minute, Concurrency: 6, FirstSeed: 1})
 	t.Logf("\n%s", sum)
 	if sum.Violations[history.Exclusion] == 0 {
 		t.Fatalf("a majority restarted without delay under held locks broke no exclusion in %d histories", sum.Histories)
@@ -53,10 +53,22 @@ func TestReleaseAndLeftoverOraclesCatchForgottenLocks(t *testing.T) {
 	// The oracles' bound grows with it (a node timeout plus a round
 	// trip), still far below the TTLs.
 	cfg.NodeTimeout = 250 * time.Millisecond
-	sum, _ := history.RunMany(context.Background(), shared, cfg, history.Options{Max: 4, Budget: time.Minute, Concurrency: 4, FirstSeed: 1})
-	t.Logf("\n%s", sum)
-	if sum.Failing[history.Release] != sum.Histories || sum.Failing[history.Leftover] != sum.Histories {
-		t.Fatalf("forgotten locks: release failed %d and leftover %d of %d histories; want all",
-			sum.Failing[history.Release], sum.Failing[history.Leftover], sum.Histories)
+	// On a cluster's copies too: the oracles read each copy's keys under
+	// its hash tag, and would find nothing under another name.
+	for _, target := range []struct {
+		name  string
+		nodes func() history.Nodes
+	}{
+		{"independent nodes", func() history.Nodes { return history.Standalone(shared) }},
+		{"cluster copies", func() history.Nodes { return clusterCopies(t) }},
+	} {
+		t.Run(target.name, func(t *testing.T) {
+			sum, _ := history.RunMany(context.Background(), target.nodes(), cfg, history.Options{Max: 4, Budget: time.Minute, Concurrency: 4, FirstSeed: 1})
+			t.Logf("\n%s", sum)
+			if sum.Failing[history.Release] != sum.Histories || sum.Failing[history.Leftover] != sum.Histories {
+				t.Fatalf("forgotten locks: release failed %d and leftover %d of %d histories; want all",
+					sum.Failing[history.Release], sum.Failing[history.Leftover], sum.Histories)
+			}
+		})
 	}
 }

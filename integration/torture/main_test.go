@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 	}
 	shared = c
 	code := m.Run()
+	if left := closeCluster(); code == 0 && len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "torture: keys left on the Redis Cluster: %v\n", left)
+		code = 1
+	}
 	if code == 0 {
 		keys, err := c.Keys(context.Background(), "*")
 		if err != nil {

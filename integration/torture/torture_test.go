@@ -97,7 +97,15 @@ func oracles(t *testing.T, list string) map[history.Oracle]bool {
 // violation of a fatal oracle; every violation is printed with its seed,
 // and the counts per oracle at the end.
 func TestHistories(t *testing.T) {
-	budget, err := time.ParseDuration(env("HISTORY_BUDGET", "40s"))
+	o, cfg := runOptions(t, "HISTORY_BUDGET", "40s")
+	sum, failed := history.RunMany(context.Background(), history.Standalone(shared), cfg, o)
+	report(t, sum, failed)
+}
+
+// runOptions reads the run's options and the histories' shape from the
+// environment (HISTORY_*; the budget from budgetVar, default def).
+func runOptions(t *testing.T, budgetVar, def string) (history.Options, history.Config) {
+	budget, err := time.ParseDuration(env(budgetVar, def))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +146,12 @@ func TestHistories(t *testing.T) {
 	}
 	t.Logf("first seed %d (HISTORY_SEED=<seed> replays one history), faults %q, fatal oracles %q",
 		o.FirstSeed, env("HISTORY_FAULTS", shortFaults), env("HISTORY_FATAL", shortFatal))
-	sum, failed := history.RunMany(context.Background(), shared, cfg, o)
+	return o, cfg
+}
+
+// report prints the summary and fails on the histories that failed a
+// fatal oracle.
+func report(t *testing.T, sum *history.Summary, failed []*history.Result) {
 	os.Stdout.WriteString(sum.String())
 	for _, r := range failed {
 		t.Errorf("history failed a fatal oracle (replay: HISTORY_SEED=%d):\n%s", r.Seed, r)
