@@ -54,3 +54,26 @@ func ExampleNodes() {
 		log.Printf("the work outran the lock: %v", err)
 	}
 }
+
+// ExampleDialCluster locks on a Redis Cluster the program reaches
+// through a go-redis ClusterClient: copies on distinct masters, as
+// redlock.DialCluster places them.
+func ExampleDialCluster() {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+	})
+	defer cc.Close() // after client.Close: the redlock client never closes it
+
+	client, err := goredis.DialCluster(cc, redlock.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err) // fewer than 3 masters, not a cluster, a bad option
+	}
+	defer client.Close()
+
+	lock, err := client.Lock(context.Background(), "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Unlock(context.Background())
+	fmt.Println("working until", lock.Until().Format(time.TimeOnly))
+}

@@ -130,6 +130,11 @@ func NewWithOptions(client redis.UniversalClient, opts Options) node.Node {
 	if client == nil {
 		return nil
 	}
+	return newNode(client, opts)
+}
+
+// newNode is NewWithOptions of a client that is not nil.
+func newNode(client redis.UniversalClient, opts Options) *redisNode {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}

@@ -621,3 +621,17 @@ func TestNoScriptsRefusedAtAcquire(t *testing.T) {
 		assert.EqualValues(t, 0, keys)
 	})
 }
+
+// TestDialClusterRefusesWhatIsNoCluster: no ClusterClient, or one whose
+// node is not in cluster mode, is redlock.ErrInvalid (the cluster itself
+// is tested in integration/rediscluster).
+func TestDialClusterRefusesWhatIsNoCluster(t *testing.T) {
+	_, err := goredis.DialCluster(nil)
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+	addr, _ := server(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	defer cc.Close()
+	_, err = goredis.DialCluster(cc)
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+	require.ErrorIs(t, err, node.ErrNotCluster)
+}

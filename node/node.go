@@ -126,6 +126,23 @@ type Key struct {
 	readers     any // ReadersKey(Name) boxed by NewSharedKey; nil otherwise
 }
 
+// Prefixed returns k with prefix before every key name it gives a node
+// (Name, and Queue where set), which every name a script derives from
+// them then carries too: a lock's copy on a Redis Cluster keeps its keys
+// under the hash tag of its slot, prefix "{tag}" (FollowSlot's copies,
+// and the go-redis module's). The names NewKey boxed are of the
+// unprefixed names and are dropped (a driver that boxes boxes the new
+// ones); the token stays as boxed.
+func (k *Key) Prefixed(prefix string) Key {
+	kc := *k
+	kc.Name = prefix + k.Name
+	if kc.Queue != "" {
+		kc.Queue = prefix + kc.Queue
+	}
+	kc.name, kc.waiters, kc.readers = nil, nil, nil
+	return kc
+}
+
 // NewSharedKey returns the Key of name and token for a reader (Sharer):
 // NewKey, plus the values a reader's commands send to every node, made
 // once.

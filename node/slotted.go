@@ -45,18 +45,8 @@ var (
 	_ io.Closer    = (*slotted)(nil)
 )
 
-// key is k with its names under the tag. The boxed names NewKey made
-// are of the untagged names: the driver boxes the new ones (the token
-// stays as boxed).
-func (s *slotted) key(k *Key) Key {
-	kc := *k
-	kc.Name = s.pre + k.Name
-	if kc.Queue != "" {
-		kc.Queue = s.pre + kc.Queue
-	}
-	kc.name, kc.waiters, kc.readers = nil, nil, nil
-	return kc
-}
+// key is k with its names under the tag.
+func (s *slotted) key(k *Key) Key { return k.Prefixed(s.pre) }
 
 // Addr returns the address of the copy's master.
 func (s *slotted) Addr() string { return s.cur.Load().addr }

@@ -70,13 +70,31 @@ func WithCopies(n int) Option {
 // cluster mode, a placement record that does not parse), or the node
 // error of the last seed tried or of the placement record's master.
 func DialCluster(seeds []string, opts ...Option) (*Client, error) {
+	return NewCluster(seeds, nil, opts...)
+}
+
+// NewCluster is DialCluster with each copy's node made by copyNode, for
+// a driver other than the library's (the go-redis module's
+// goredis.DialCluster): the masters and the placement record are read
+// through seeds as DialCluster reads them, and copyNode(copy) is the
+// node that keeps copy i of every lock, under the copy's hash tag; it
+// must put every key name it is given under "{" + Tag + "}" and follow
+// the copy's slot itself. Nodes it returns with distinct Addrs are
+// watched for a shared master as DialCluster's are where they are
+// node.Movers. A nil copyNode is DialCluster. Errors are DialCluster's;
+// a copyNode that returns nil is ErrInvalid.
+func NewCluster(seeds []string, copyNode func(Copy) node.Node, opts ...Option) (*Client, error) {
 	p, err := placeCluster(seeds, opts, true)
 	if err != nil {
 		return nil, err
 	}
 	nodes := make([]node.Node, len(p.copies))
 	for i, cp := range p.copies {
-		nodes[i] = node.FollowSlot(cp.Master, cp.Tag, p.known, p.nopts)
+		if copyNode == nil {
+			nodes[i] = node.FollowSlot(cp.Master, cp.Tag, p.known, p.nopts)
+		} else {
+			nodes[i] = copyNode(cp)
+		}
 	}
 	p.cfg.copies, p.cfg.only = 0, ""
 	c, err := newClient(nodes, p.cfg, byCluster)

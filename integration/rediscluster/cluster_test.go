@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/redlock/goredis"
 	"github.com/quorumlock/redlock/integration/cluster"
 	"github.com/quorumlock/redlock/node"
 	"github.com/quorumlock/redlock/redlock"
@@ -261,10 +263,33 @@ func TestClusterRefusesWhatCannotHoldACopyPerMaster(t *testing.T) {
 
 // TestClusterClientFeatures: exclusion between two clients (TryLock
 // refused, a waiter served on Unlock), fencing, readers together, a
-// semaphore's permits and an election, all on one cluster.
+// semaphore's permits and an election, all on one cluster: between two
+// DialCluster clients, and between a go-redis client
+// (goredis.DialCluster, over a redis.ClusterClient) and a DialCluster one,
+// which must place the copies alike to exclude each other.
 func TestClusterClientFeatures(t *testing.T) {
+	t.Run("redigo and redigo", func(t *testing.T) { clusterFeatures(t, dial(t, three), dial(t, three)) })
+	t.Run("go-redis and redigo", func(t *testing.T) { clusterFeatures(t, dialGoRedis(t, three), dial(t, three)) })
+}
+
+// dialGoRedis returns a goredis.DialCluster client of rc over a
+// redis.ClusterClient, both closed at the end of the test.
+func dialGoRedis(t *testing.T, rc *cluster.RedisCluster) *redlock.Client {
+	t.Helper()
+	addrs := make([]string, rc.Size())
+	for i := range addrs {
+		addrs[i] = rc.Upstream(i)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	c, err := goredis.DialCluster(cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func clusterFeatures(t *testing.T, a, b *redlock.Client) {
 	ctx := context.Background()
-	a, b := dial(t, three), dial(t, three)
 
 	t.Run("exclusion and a waiter", func(t *testing.T) {
 		k := key(t, three)
