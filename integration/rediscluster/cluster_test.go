@@ -274,7 +274,7 @@ func TestClusterClientFeatures(t *testing.T) {
 
 // dialGoRedis returns a goredis.DialCluster client of rc over a
 // redis.ClusterClient, both closed at the end of the test.
-func dialGoRedis(t *testing.T, rc *cluster.RedisCluster) *redlock.Client {
+func dialGoRedis(t *testing.T, rc *cluster.RedisCluster, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	addrs := make([]string, rc.Size())
 	for i := range addrs {
@@ -282,7 +282,7 @@ func dialGoRedis(t *testing.T, rc *cluster.RedisCluster) *redlock.Client {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = cc.Close() })
-	c, err := goredis.DialCluster(cc)
+	c, err := goredis.DialCluster(cc, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -56,7 +56,8 @@ func holds(rc *cluster.RedisCluster, i int, key string) bool {
 // Master 0 is killed: locks are granted at once (by the other copies), a
 // lock held across the failover gets its copy back on the promoted
 // replica by Extend, and new locks place copy 0 there. Then clients
-// contend while master 1 is killed: the checker finds no overlap.
+// (two redigo, one go-redis) contend while master 1 is killed: the
+// checker finds no overlap, and each holds the lock.
 func TestClusterFailover(t *testing.T) {
 	for _, masters := range []int{3, 5} {
 		t.Run(fmt.Sprintf("%d+%d", masters, masters), func(t *testing.T) { testFailover(t, masters) })
@@ -94,10 +95,12 @@ func testFailover(t *testing.T, masters int) {
 	}, 10*time.Second, 100*time.Millisecond, "new locks place copy 0 on the promoted replica")
 	require.NoError(t, held.Unlock(ctx))
 
-	// Contention across a failover: three clients, master 1 killed.
+	// Contention across a failover: three clients, master 1 killed; the
+	// third over go-redis (goredis.DialCluster), whose ClusterClient
+	// follows the failover itself.
 	clients := []*redlock.Client{c,
 		dial(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond)),
-		dial(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))}
+		dialGoRedis(t, rc, redlock.WithTTL(5*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))}
 	hot := k + ":hot"
 	var chk checker.Checker
 	stop := time.Now().Add(6 * time.Second)
