@@ -79,10 +79,10 @@ func DialCluster(seeds []string, opts ...Option) (*Client, error) {
 // through seeds as DialCluster reads them, and copyNode(copy) is the
 // node that keeps copy i of every lock, under the copy's hash tag; it
 // must put every key name it is given under "{" + Tag + "}" and follow
-// the copy's slot itself. Nodes it returns with distinct Addrs are
-// watched for a shared master as DialCluster's are where they are
-// node.Movers. A nil copyNode is DialCluster. Errors are DialCluster's;
-// a copyNode that returns nil is ErrInvalid.
+// the copy's slot itself. Copies whose nodes are node.Movers are watched
+// for a shared master as DialCluster's are (the Colocated hook). A nil
+// copyNode is DialCluster. Errors are DialCluster's; a copyNode that
+// returns nil is ErrInvalid.
 func NewCluster(seeds []string, copyNode func(Copy) node.Node, opts ...Option) (*Client, error) {
 	p, err := placeCluster(seeds, opts, true)
 	if err != nil {
