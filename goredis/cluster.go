@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,9 +20,11 @@ import (
 // through cc's Addrs (with its Username, Password and TLSConfig) by the
 // library's own connections, which are then closed; every lock command
 // goes through cc, which routes it to the master of its copy's slot and
-// follows MOVED, ASK and failovers itself. Each copy's node is named
-// "{tag}" (its Addr: the copy's hash tag; go-redis, not the node, knows
-// the master). The client never closes cc. Errors are
+// follows MOVED, ASK and failovers itself. Where every master has shard
+// channels (Redis 7), releases are announced with SPUBLISH and watched
+// with SSUBSCRIBE, as redlock.DialCluster's copies do. Each copy's node
+// is named "{tag}" (its Addr: the copy's hash tag; go-redis, not the
+// node, knows the master). The client never closes cc. Errors are
 // redlock.DialCluster's; a nil cc is redlock.ErrInvalid.
 func DialCluster(cc *redis.ClusterClient, opts ...redlock.Option) (*redlock.Client, error) {
 	if cc == nil {
@@ -42,9 +45,36 @@ func DialCluster(cc *redis.ClusterClient, opts ...redlock.Option) (*redlock.Clie
 	if o.TLSConfig != nil {
 		opts = append([]redlock.Option{redlock.WithNodeOptions(node.Options{TLSConfig: o.TLSConfig})}, opts...)
 	}
+	sharded := hasShardChannels(cc)
 	return redlock.NewCluster(seeds, func(cp redlock.Copy) node.Node {
-		return &copyNode{redisNode: newNode(cc, Options{}), pre: "{" + cp.Tag + "}"}
+		n := newNode(cc, Options{})
+		if sharded {
+			n.sc, n.hub.sharded = shardedScripts, true
+		}
+		return &copyNode{redisNode: n, pre: "{" + cp.Tag + "}"}
 	}, opts...)
+}
+
+// hasShardChannels reports whether every master cc reaches has shard
+// channels (SPUBLISH), as node.HasShardChannels decides for
+// redlock.DialCluster's copies: the two drivers' clients of a cluster
+// then announce and listen alike.
+func hasShardChannels(cc *redis.ClusterClient) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	has, answered := true, false
+	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Do(ctx, "COMMAND", "INFO", "SPUBLISH").Slice()
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			answered = true
+			has = has && len(info) == 1 && info[0] != nil
+		}
+		return nil
+	})
+	return has && answered
 }
 
 // copyNode is one copy of every lock on a Redis Cluster, through a

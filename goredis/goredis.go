@@ -138,7 +138,7 @@ func newNode(client redis.UniversalClient, opts Options) *redisNode {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	n := &redisNode{client: client, timeout: opts.Timeout, resends: true,
+	n := &redisNode{client: client, timeout: opts.Timeout, resends: true, sc: classicScripts,
 		hub: &hub{client: client, timeout: opts.Timeout, subs: map[string]*channel{}}}
 	if c, ok := client.(*redis.Client); ok {
 		o := c.Options()
@@ -179,6 +179,8 @@ type redisNode struct {
 	writeBuf int
 	// hub is the node's subscriptions, for Watch.
 	hub *hub
+	// sc is classicScripts, or shardedScripts with hub sharded too.
+	sc *scriptSet
 	// resends: the client may send a command again (go-redis' MaxRetries),
 	// so a waiting acquire asks for no grant (see Retries above).
 	resends bool
@@ -194,22 +196,28 @@ var (
 	_ node.Announcer = (*redisNode)(nil)
 )
 
-// scripts are node.LuaScripts as go-redis scripts (same source, same
+// scriptSet is node.LuaScripts as go-redis scripts (same source, same
 // SHA1).
-var scripts = func() (out struct {
+type scriptSet struct {
 	acquire, extend, release, inspect, acquireFenced, confirmFence, transfer, leave *redis.Script
 	acquireShared, extendShared, releaseShared                                      *redis.Script
 	announce, inspectAnnounce                                                       *redis.Script
-}) {
-	s := node.LuaScripts()
+}
+
+func newScripts(s node.Scripts) *scriptSet {
+	var out scriptSet
 	out.acquire, out.extend, out.release = redis.NewScript(s.Acquire.Src), redis.NewScript(s.Extend.Src), redis.NewScript(s.Release.Src)
 	out.inspect, out.acquireFenced, out.confirmFence = redis.NewScript(s.Inspect.Src), redis.NewScript(s.AcquireFenced.Src), redis.NewScript(s.ConfirmFence.Src)
 	out.transfer, out.leave = redis.NewScript(s.Transfer.Src), redis.NewScript(s.Leave.Src)
 	out.acquireShared, out.extendShared = redis.NewScript(s.AcquireShared.Src), redis.NewScript(s.ExtendShared.Src)
 	out.releaseShared = redis.NewScript(s.ReleaseShared.Src)
 	out.announce, out.inspectAnnounce = redis.NewScript(s.Announce.Src), redis.NewScript(s.InspectAnnounce.Src)
-	return out
-}()
+	return &out
+}
+
+// The scripts: classic, and with shard channels (node.Scripts.Sharded)
+// for a cluster's copies whose masters have them.
+var classicScripts, shardedScripts = newScripts(node.LuaScripts()), newScripts(node.LuaScripts().Sharded())
 
 // Addr returns the master's host:port, or "" when the client is not one
 // fixed master (see New).
@@ -222,7 +230,7 @@ func (n *redisNode) String() string { return "goredis node " + n.addr }
 // the holder's PTTL, in one round trip, whatever holderTTL asks. (The
 // redigo node sends a plain SET NX PX GET when holderTTL is off; this one
 // keeps one path: go-redis' own retries and the token guard of run are
-// written for scripts.)
+// written for n.sc.)
 func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
 	owner := "" // only a waiting attempt registers (node.Handoffer)
 	if holderTTL {
@@ -232,7 +240,7 @@ func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration,
 	if holderTTL && k.Grant != "" && !n.resends {
 		args = append(args, k.Grant, node.GrantTTL(ttl).Milliseconds())
 	}
-	reply, err := n.run(ctx, "acquire", scripts.acquire, []string{k.Name, k.Waiters()}, args...)
+	reply, err := n.run(ctx, "acquire", n.sc.acquire, []string{k.Name, k.Waiters()}, args...)
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -243,7 +251,7 @@ func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration,
 // Extend runs extend.lua: the key lives at least ttl more if it still
 // holds the token, never less than it had.
 func (n *redisNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
-	return n.status(ctx, "extend", scripts.extend, []string{k.Name}, k.Token, ttl.Milliseconds())
+	return n.status(ctx, "extend", n.sc.extend, []string{k.Name}, k.Token, ttl.Milliseconds())
 }
 
 // Release runs release.lua, which hands the key on to the head of its
@@ -264,14 +272,14 @@ func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (no
 		if n.resends {
 			grant = ""
 		}
-		return n.status(ctx, "release", scripts.release, keys, k.Token, flag, k.Owner,
+		return n.status(ctx, "release", n.sc.release, keys, k.Token, flag, k.Owner,
 			k.Ticket, node.WaiterLease.Milliseconds(), grant, tomb(k))
 	}
 	if k.Tomb > 0 {
-		return n.status(ctx, "release", scripts.release, keys, k.Token, flag, k.Owner,
+		return n.status(ctx, "release", n.sc.release, keys, k.Token, flag, k.Owner,
 			0, 0, "", tomb(k))
 	}
-	return n.status(ctx, "release", scripts.release, keys, k.Token, flag, k.Owner)
+	return n.status(ctx, "release", n.sc.release, keys, k.Token, flag, k.Owner)
 }
 
 // tomb is release.lua's ARGV[7]: k.Tomb in milliseconds, at least 1
@@ -289,7 +297,7 @@ var announceYes, announceNo any = "1", "0"
 // AcquireFenced runs acquire_fenced.lua: Acquire that, when it sets the
 // key, raises the key's fence counter in the same step (see node.Fencer).
 func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
-	reply, err := n.run(ctx, "acquire", scripts.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
+	reply, err := n.run(ctx, "acquire", n.sc.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
 		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), node.WaiterLease.Milliseconds(), k.Owner, k.Ticket)
 	if err != nil {
 		return node.Result{}, err
@@ -300,13 +308,13 @@ func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counter
 
 // ConfirmFence runs confirm_fence.lua (see node.Fencer).
 func (n *redisNode) ConfirmFence(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
-	return n.status(ctx, "confirm", scripts.confirmFence, []string{k.Name, node.FenceKey(k.Name)},
+	return n.status(ctx, "confirm", n.sc.confirmFence, []string{k.Name, node.FenceKey(k.Name)},
 		k.Token, fence, counterTTL.Milliseconds())
 }
 
 // Transfer runs transfer.lua (see node.Handoffer).
 func (n *redisNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
-	return n.status(ctx, "transfer", scripts.transfer, []string{from.Name, from.Waiters()},
+	return n.status(ctx, "transfer", n.sc.transfer, []string{from.Name, from.Waiters()},
 		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 }
 
@@ -314,7 +322,7 @@ func (n *redisNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.D
 // reserved or granted to it (k.Grant) on to the next head (see
 // node.Handoffer).
 func (n *redisNode) Leave(ctx context.Context, k *node.Key) error {
-	_, err := n.run(ctx, "leave", scripts.leave, []string{k.Name, k.Waiters()}, k.Owner, k.Grant)
+	_, err := n.run(ctx, "leave", n.sc.leave, []string{k.Name, k.Waiters()}, k.Owner, k.Grant)
 	return err
 }
 
@@ -324,7 +332,7 @@ func (n *redisNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Dur
 	if wait {
 		owner = k.Owner
 	}
-	reply, err := n.run(ctx, "acquire", scripts.acquireShared,
+	reply, err := n.run(ctx, "acquire", n.sc.acquireShared,
 		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)},
 		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
 	if err != nil {
@@ -336,7 +344,7 @@ func (n *redisNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Dur
 
 // ExtendShared runs extend_shared.lua (see node.Sharer).
 func (n *redisNode) ExtendShared(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
-	return n.status(ctx, "extend", scripts.extendShared, []string{k.Name, node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
+	return n.status(ctx, "extend", n.sc.extendShared, []string{k.Name, node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
 }
 
 // ReleaseShared runs release_shared.lua (see node.Sharer).
@@ -345,14 +353,14 @@ func (n *redisNode) ReleaseShared(ctx context.Context, k *node.Key, announce boo
 	if announce {
 		flag = announceYes
 	}
-	return n.status(ctx, "release", scripts.releaseShared,
+	return n.status(ctx, "release", n.sc.releaseShared,
 		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, k.Token, flag, tomb(k))
 }
 
 // Inspect runs inspect.lua: the key's token, PTTL and readers in one
 // atomic read.
 func (n *redisNode) Inspect(ctx context.Context, key string) (node.Info, error) {
-	reply, err := n.run(ctx, "inspect", scripts.inspect, []string{key, node.ReadersKey(key)})
+	reply, err := n.run(ctx, "inspect", n.sc.inspect, []string{key, node.ReadersKey(key)})
 	if err != nil {
 		return node.Info{}, err
 	}
@@ -365,7 +373,7 @@ func (n *redisNode) Announce(ctx context.Context, k *node.Key, text string, ttl 
 	if text == "" {
 		return node.Result{}, n.fail("announce", errEmptyText)
 	}
-	return n.status(ctx, "announce", scripts.announce, []string{k.Name, node.AnnounceKey(k.Name)},
+	return n.status(ctx, "announce", n.sc.announce, []string{k.Name, node.AnnounceKey(k.Name)},
 		k.Token, text, max(ttl.Milliseconds(), 1))
 }
 
@@ -375,7 +383,7 @@ func (n *redisNode) ConfirmAnnounce(ctx context.Context, k *node.Key, fence int6
 	if text == "" {
 		return node.Result{}, n.fail("confirm", errEmptyText)
 	}
-	return n.status(ctx, "confirm", scripts.confirmFence, []string{k.Name, node.FenceKey(k.Name), node.AnnounceKey(k.Name)},
+	return n.status(ctx, "confirm", n.sc.confirmFence, []string{k.Name, node.FenceKey(k.Name), node.AnnounceKey(k.Name)},
 		k.Token, fence, counterTTL.Milliseconds(), text, max(ttl.Milliseconds(), 1))
 }
 
@@ -385,7 +393,7 @@ var errEmptyText = errors.New("empty announcement")
 
 // InspectAnnounce runs inspect_announce.lua (see node.Announcer).
 func (n *redisNode) InspectAnnounce(ctx context.Context, key string) (node.Announced, error) {
-	reply, err := n.run(ctx, "inspect", scripts.inspectAnnounce, []string{key, node.AnnounceKey(key)})
+	reply, err := n.run(ctx, "inspect", n.sc.inspectAnnounce, []string{key, node.AnnounceKey(key)})
 	if err != nil {
 		return node.Announced{}, err
 	}

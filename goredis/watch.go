@@ -48,6 +48,11 @@ func (n *redisNode) Watch(key, owner string, released chan<- struct{}) node.Watc
 type hub struct {
 	client  redis.UniversalClient
 	timeout time.Duration // of a SUBSCRIBE, UNSUBSCRIBE or PING
+	// sharded: shard channels (SSUBSCRIBE; a cluster copy whose scripts
+	// SPUBLISH, see DialCluster); the PubSub's connection goes to the
+	// master of its first channel's slot, which every channel of a copy
+	// shares.
+	sharded bool
 
 	mu   sync.Mutex // guards everything below and the runs' fields, and sends on watches' channels
 	subs map[string]*channel
@@ -196,7 +201,7 @@ func (h *hub) start() {
 	ps := h.idle
 	h.idle = nil
 	if ps == nil {
-		ps = h.client.Subscribe(ctx) // no channel yet: no network traffic
+		ps = h.pubSub(ctx) // no channel yet: no network traffic
 	}
 	r := &hubRun{ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), done: make(chan struct{}),
 		ps: ps, subscribed: map[string]bool{}, pending: map[string]int{}}
@@ -273,13 +278,13 @@ func (h *hub) subscribe(r *hubRun) {
 		// subscribes to them again on its next connection.
 		ctx, cancel := context.WithTimeout(r.ctx, h.timeout)
 		if len(add) > 0 {
-			h.sent(r, add, ps.Subscribe(ctx, add...))
+			h.sent(r, add, h.subscribeTo(ctx, ps, add))
 			for _, name := range add {
 				sent[name] = true
 			}
 		}
 		if len(drop) > 0 {
-			h.sent(r, drop, ps.Unsubscribe(ctx, drop...))
+			h.sent(r, drop, h.unsubscribeFrom(ctx, ps, drop))
 			for _, name := range drop {
 				delete(sent, name)
 			}
@@ -304,7 +309,7 @@ func (h *hub) drain(r *hubRun, ps *redis.PubSub, sent map[string]bool) {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(r.ctx, h.timeout)
 	defer cancel()
-	if err := ps.Unsubscribe(ctx); err != nil {
+	if err := h.unsubscribeFrom(ctx, ps, nil); err != nil {
 		h.endDrain(r) // no reply will come, unless a watch came meanwhile
 	}
 }
@@ -354,6 +359,12 @@ func (h *hub) read(r *hubRun) {
 		switch {
 		case r.ctx.Err() != nil:
 			return
+		case errors.Is(err, redis.ErrClosed):
+			// The go-redis client is closed (after the lock client,
+			// usually, whose watches are draining): nothing will come,
+			// end the run now rather than at the drain's timeout.
+			r.cancel()
+			return
 		case errors.As(err, &ne) && ne.Timeout():
 			// go-redis keeps the connection after a read timeout: ask it
 			// for a sign of life, and start over if none comes.
@@ -387,7 +398,7 @@ func (h *hub) replace(r *hubRun, old *redis.PubSub) {
 		h.mu.Unlock()
 		return
 	}
-	r.ps = h.client.Subscribe(r.ctx)
+	r.ps = h.pubSub(r.ctx)
 	h.mu.Unlock()
 	_ = old.Close()
 	r.kicked()
@@ -405,7 +416,7 @@ func (h *hub) confirmed(r *hubRun, m *redis.Subscription) bool {
 		r.pending[m.Channel]--
 	}
 	switch m.Kind {
-	case "subscribe":
+	case "subscribe", "ssubscribe": // ssubscribe, sunsubscribe: shard channels
 		r.subscribed[m.Channel] = true
 		if ch := h.subs[m.Channel]; ch != nil && h.run == r && r.pending[m.Channel] == 0 {
 			for w := range ch.watches {
@@ -416,7 +427,7 @@ func (h *hub) confirmed(r *hubRun, m *redis.Subscription) bool {
 				}
 			}
 		}
-	case "unsubscribe":
+	case "unsubscribe", "sunsubscribe":
 		delete(r.subscribed, m.Channel)
 		if r.draining && r.drainSent && m.Count == 0 && !r.closed && h.run == r && idle(r.pending) {
 			r.parked = true
@@ -483,4 +494,29 @@ func sleep(ctx context.Context, backoff *time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// pubSub returns a new PubSub of the hub's kind, subscribed to nothing.
+func (h *hub) pubSub(ctx context.Context) *redis.PubSub {
+	if h.sharded {
+		return h.client.SSubscribe(ctx)
+	}
+	return h.client.Subscribe(ctx)
+}
+
+// subscribeTo subscribes ps to names, shard channels where the hub is
+// sharded.
+func (h *hub) subscribeTo(ctx context.Context, ps *redis.PubSub, names []string) error {
+	if h.sharded {
+		return ps.SSubscribe(ctx, names...)
+	}
+	return ps.Subscribe(ctx, names...)
+}
+
+// unsubscribeFrom unsubscribes ps from names (none: from every channel).
+func (h *hub) unsubscribeFrom(ctx context.Context, ps *redis.PubSub, names []string) error {
+	if h.sharded {
+		return ps.SUnsubscribe(ctx, names...)
+	}
+	return ps.Unsubscribe(ctx, names...)
 }

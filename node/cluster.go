@@ -164,3 +164,31 @@ func ClusterRecord(ctx context.Context, masters []Master, key, value string, opt
 	}
 	return v, nil
 }
+
+// HasShardChannels reports whether every master that answers within ctx
+// has shard channels (SPUBLISH, Redis 7 and later; COMMAND INFO), so
+// that a cluster client may set Options.ShardChannels; false when none
+// answers. A master that does not answer is not counted: it cannot run
+// the client's scripts either until it does.
+func HasShardChannels(ctx context.Context, masters []Endpoint, opts Options) bool {
+	opts = opts.withDefaults()
+	answered := false
+	for _, ep := range masters {
+		dialOpts, netDial := dialOptions(ep, opts)
+		dialOpts = append(dialOpts, redis.DialContextFunc(netDial))
+		c, err := redis.DialContext(ctx, "tcp", ep.Addr(), dialOpts...)
+		if err != nil {
+			continue
+		}
+		info, err := redis.Values(redis.DoContext(c, ctx, "COMMAND", "INFO", "SPUBLISH"))
+		c.Close()
+		if err != nil {
+			continue
+		}
+		if len(info) != 1 || info[0] == nil {
+			return false
+		}
+		answered = true
+	}
+	return answered
+}

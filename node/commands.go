@@ -49,11 +49,11 @@ func (r *Redis) acquireScript(ctx context.Context, k *Key, ttl time.Duration, wa
 		owner = k.Owner
 	}
 	name, token := k.Boxed()
-	args := append(make([]any, 0, 11), acquireScript.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket)
+	args := append(make([]any, 0, 11), r.sc.acquire.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket)
 	if wait && k.Grant != "" {
 		args = append(args, k.Grant, GrantTTL(ttl).Milliseconds())
 	}
-	reply, err := r.call(ctx, "acquire", acquireScript, "EVALSHA", args)
+	reply, err := r.call(ctx, "acquire", r.sc.acquire, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -111,7 +111,7 @@ type boxedMS struct {
 
 // Extend runs extend.lua.
 func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
-	return r.script(ctx, "extend", extendScript, k, r.ms(ttl))
+	return r.script(ctx, "extend", r.sc.extend, k, r.ms(ttl))
 }
 
 // Release runs release.lua, which publishes the delete when announce is
@@ -122,7 +122,7 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	args := append(make([]any, 0, 12), releaseScript.hash, 2, name, k.boxedWaiters())
+	args := append(make([]any, 0, 12), r.sc.release.hash, 2, name, k.boxedWaiters())
 	if k.Record {
 		args[1] = 3
 		args = append(args, AnnounceKey(k.Name))
@@ -137,7 +137,7 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 	if k.Tomb > 0 {
 		args = append(args, max(k.Tomb.Milliseconds(), 1))
 	}
-	reply, err := r.call(ctx, "release", releaseScript, "EVALSHA", args)
+	reply, err := r.call(ctx, "release", r.sc.release, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -151,7 +151,7 @@ var announceYes, announceNo any = "1", "0"
 // AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
 // was set, the fence counter raised in the same step (see Fencer).
 func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "acquire", acquireFencedScript, 3, k.Name, FenceKey(k.Name), k.Waiters(), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), waiterLeaseMS,
+	reply, err := r.evalKeys(ctx, "acquire", r.sc.acquireFenced, 3, k.Name, FenceKey(k.Name), k.Waiters(), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), waiterLeaseMS,
 		k.Owner, k.Ticket)
 	if err != nil {
 		return Result{}, err
@@ -162,7 +162,7 @@ func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.
 
 // ConfirmFence runs confirm_fence.lua (see Fencer).
 func (r *Redis) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTTL time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "confirm", confirmFenceScript, 2, k.Name, FenceKey(k.Name), k.Token, fence, counterTTL.Milliseconds())
+	reply, err := r.evalKeys(ctx, "confirm", r.sc.confirmFence, 2, k.Name, FenceKey(k.Name), k.Token, fence, counterTTL.Milliseconds())
 	if err != nil {
 		return Result{}, err
 	}
@@ -172,7 +172,7 @@ func (r *Redis) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTT
 
 // Transfer runs transfer.lua (see Handoffer).
 func (r *Redis) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "transfer", transferScript, 2, from.Name, from.Waiters(), from.Token, to.Token, ttl.Milliseconds(), from.Owner)
+	reply, err := r.evalKeys(ctx, "transfer", r.sc.transfer, 2, from.Name, from.Waiters(), from.Token, to.Token, ttl.Milliseconds(), from.Owner)
 	if err != nil {
 		return Result{}, err
 	}
@@ -182,7 +182,7 @@ func (r *Redis) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) 
 
 // Leave removes k.Owner from the key's waiters (see Handoffer).
 func (r *Redis) Leave(ctx context.Context, k *Key) error {
-	_, err := r.evalKeys(ctx, "leave", leaveScript, 2, k.Name, k.Waiters(), k.Owner, k.Grant)
+	_, err := r.evalKeys(ctx, "leave", r.sc.leave, 2, k.Name, k.Waiters(), k.Owner, k.Grant)
 	return err
 }
 
@@ -201,8 +201,8 @@ func (r *Redis) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wa
 		owner = k.Owner
 	}
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "acquire", acquireSharedScript, "EVALSHA",
-		[]any{acquireSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
+	reply, err := r.call(ctx, "acquire", r.sc.acquireShared, "EVALSHA",
+		[]any{r.sc.acquireShared.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
 	if err != nil {
 		return Result{}, err
 	}
@@ -264,8 +264,8 @@ func (r *Redis) readersLikely(name string) bool {
 // ExtendShared runs extend_shared.lua (see Sharer).
 func (r *Redis) ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
 	name, token := k.Boxed()
-	reply, err := r.call(ctx, "extend", extendSharedScript, "EVALSHA",
-		[]any{extendSharedScript.hash, 2, name, k.boxedReaders(), token, r.ms(ttl)})
+	reply, err := r.call(ctx, "extend", r.sc.extendShared, "EVALSHA",
+		[]any{r.sc.extendShared.hash, 2, name, k.boxedReaders(), token, r.ms(ttl)})
 	if err != nil {
 		return Result{}, err
 	}
@@ -280,11 +280,11 @@ func (r *Redis) ReleaseShared(ctx context.Context, k *Key, announce bool) (Resul
 		flag = announceYes
 	}
 	name, token := k.Boxed()
-	args := append(make([]any, 0, 8), releaseSharedScript.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag)
+	args := append(make([]any, 0, 8), r.sc.releaseShared.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag)
 	if k.Tomb > 0 {
 		args = append(args, max(k.Tomb.Milliseconds(), 1))
 	}
-	reply, err := r.call(ctx, "release", releaseSharedScript, "EVALSHA", args)
+	reply, err := r.call(ctx, "release", r.sc.releaseShared, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -294,7 +294,7 @@ func (r *Redis) ReleaseShared(ctx context.Context, k *Key, announce bool) (Resul
 
 // Inspect runs inspect.lua.
 func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
-	reply, err := r.evalKeys(ctx, "inspect", inspectScript, 2, key, ReadersKey(key))
+	reply, err := r.evalKeys(ctx, "inspect", r.sc.inspect, 2, key, ReadersKey(key))
 	if err != nil {
 		return Info{}, err
 	}
@@ -307,7 +307,7 @@ func (r *Redis) Announce(ctx context.Context, k *Key, text string, ttl time.Dura
 	if text == "" {
 		return Result{}, r.fail("announce", errEmptyText)
 	}
-	reply, err := r.evalKeys(ctx, "announce", announceScript, 2, k.Name, AnnounceKey(k.Name), k.Token, text, max(ttl.Milliseconds(), 1))
+	reply, err := r.evalKeys(ctx, "announce", r.sc.announce, 2, k.Name, AnnounceKey(k.Name), k.Token, text, max(ttl.Milliseconds(), 1))
 	if err != nil {
 		return Result{}, err
 	}
@@ -320,7 +320,7 @@ func (r *Redis) ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counte
 	if text == "" {
 		return Result{}, r.fail("confirm", errEmptyText)
 	}
-	reply, err := r.evalKeys(ctx, "confirm", confirmFenceScript, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name),
+	reply, err := r.evalKeys(ctx, "confirm", r.sc.confirmFence, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name),
 		k.Token, fence, counterTTL.Milliseconds(), text, max(ttl.Milliseconds(), 1))
 	if err != nil {
 		return Result{}, err
@@ -335,7 +335,7 @@ var errEmptyText = errors.New("empty announcement")
 
 // InspectAnnounce runs inspect_announce.lua (see Announcer).
 func (r *Redis) InspectAnnounce(ctx context.Context, key string) (Announced, error) {
-	reply, err := r.evalKeys(ctx, "inspect", inspectAnnounceScript, 2, key, AnnounceKey(key))
+	reply, err := r.evalKeys(ctx, "inspect", r.sc.inspectAnnounce, 2, key, AnnounceKey(key))
 	if err != nil {
 		return Announced{}, err
 	}

@@ -106,6 +106,28 @@ var luaScripts = Scripts{
 	InspectAnnounce: newLua(inspectAnnounceLua, 2),
 }
 
+// Sharded returns the scripts with every announcement published as a
+// shard message (SPUBLISH, Redis 7 and later) instead of PUBLISH, which
+// a Redis Cluster sends to every node: for a lock's copy on a cluster,
+// whose keys, and so whose channels, share one slot, and whose watches
+// subscribe with SSUBSCRIBE on the slot's master. Same contracts, other
+// hashes; every publish is a redis.pcall, so that a master without
+// SPUBLISH loses the wake-up and not the command.
+func (s Scripts) Sharded() Scripts {
+	for _, sc := range []*Script{&s.Acquire, &s.Extend, &s.Release, &s.Inspect, &s.AcquireFenced, &s.ConfirmFence,
+		&s.Transfer, &s.Leave, &s.AcquireShared, &s.ExtendShared, &s.ReleaseShared, &s.Announce, &s.InspectAnnounce} {
+		// pcall throughout: a master without SPUBLISH (a rolling
+		// upgrade) or an ACL without it loses the wake-up, as the
+		// classic scripts' pcall("PUBLISH") does, never the script.
+		src := strings.ReplaceAll(sc.Src, `redis.call("PUBLISH"`, `redis.pcall("PUBLISH"`)
+		if src = strings.ReplaceAll(src, `"PUBLISH"`, `"SPUBLISH"`); src != sc.Src {
+			h := sha1.Sum([]byte(src))
+			sc.Src, sc.Hash = src, hex.EncodeToString(h[:])
+		}
+	}
+	return s
+}
+
 // libraryLine is where a script wants its libraries (queue.lua,
 // shared.lua): a script runs its whole text on every call, and each of
 // their function definitions costs a closure, so a script answers its

@@ -127,8 +127,17 @@ func (f *follower) endpoint(addr string) (Endpoint, bool) {
 // master makes the copy's node on the master at ep: it follows ASK
 // replies (askAt).
 func (f *follower) master(ep Endpoint) *Redis {
-	n := New(ep, f.opts)
+	n := f.node(ep, f.opts)
 	n.ask = f.askAt
+	return n
+}
+
+// node is New(ep, opts), with shard channels where opts ask for them.
+func (f *follower) node(ep Endpoint, opts Options) *Redis {
+	n := New(ep, opts)
+	if opts.ShardChannels {
+		n.sc, n.sub.sharded = shardedScripts, true
+	}
 	return n
 }
 
@@ -151,7 +160,7 @@ func (f *follower) askAt(addr string) *Redis {
 	}
 	opts := f.opts
 	opts.Pooled = true
-	n := New(ep, opts)
+	n := f.node(ep, opts)
 	n.asking = true
 	if f.asking == nil {
 		f.asking = map[string]*Redis{}

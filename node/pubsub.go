@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,11 @@ type subscriber struct {
 	timeout time.Duration // of a dial
 	idle    time.Duration // how long a read waits before a PING
 	linger  time.Duration // how long a channel stays subscribed without watches
+
+	// sharded: shard channels (SSUBSCRIBE, SUNSUBSCRIBE, smessage) of a
+	// lock's copy on a Redis Cluster, whose scripts SPUBLISH (see
+	// Options.ShardChannels); set before the first Watch.
+	sharded bool
 
 	mu        sync.Mutex // guards everything below, and writes to conn
 	conn      redis.Conn // nil while disconnected
@@ -101,7 +108,16 @@ func (s *subscriber) sweep(now time.Time) {
 func (s *subscriber) drop(name string) {
 	delete(s.subs, name)
 	s.lingering--
-	s.send("UNSUBSCRIBE", name)
+	s.send(s.cmd("UNSUBSCRIBE"), name)
+}
+
+// cmd is the subscriber's form of a pub/sub command: the shard form
+// ("S" + cmd) when it is sharded.
+func (s *subscriber) cmd(name string) string {
+	if s.sharded {
+		return "S" + name
+	}
+	return name
 }
 
 func newSubscriber(dial func(context.Context) (redis.Conn, error), timeout time.Duration) *subscriber {
@@ -128,7 +144,7 @@ func (r *Redis) Watch(key, owner string, released chan<- struct{}) Watch {
 	case ch == nil:
 		ch = &channel{watches: map[*watch]struct{}{}}
 		s.subs[name] = ch
-		s.send("SUBSCRIBE", name)
+		s.send(s.cmd("SUBSCRIBE"), name)
 	case len(ch.watches) == 0:
 		ch.idleSince = time.Time{} // lingering: watched again
 		s.lingering--
@@ -223,7 +239,12 @@ func (s *subscriber) attach(c redis.Conn) bool {
 		}
 	}
 	s.conn = c
-	if len(s.subs) > 0 {
+	if len(s.subs) > 0 && s.sharded {
+		// One SSUBSCRIBE names channels of one slot only.
+		for name := range s.subs {
+			s.send("SSUBSCRIBE", name)
+		}
+	} else if len(s.subs) > 0 {
 		names := make([]any, 0, len(s.subs))
 		for name := range s.subs {
 			names = append(names, name)
@@ -256,9 +277,13 @@ func (s *subscriber) detach(c redis.Conn) {
 // subscriber is noticed within twice idle; waiters poll meanwhile).
 func (s *subscriber) read(c redis.Conn) {
 	psc := redis.PubSubConn{Conn: c}
+	receive := psc.ReceiveWithTimeout
+	if s.sharded {
+		receive = func(d time.Duration) any { return shardReply(redis.ReceiveWithTimeout(c, d)) }
+	}
 	pinged := false
 	for {
-		switch v := psc.ReceiveWithTimeout(s.idle).(type) {
+		switch v := receive(s.idle).(type) {
 		case redis.Message:
 			pinged = false
 			s.notify(v.Channel, string(v.Data))
@@ -320,4 +345,35 @@ func (s *subscriber) notify(name, to string) {
 			}
 		}
 	}
+}
+
+// shardReply reads a reply on a connection subscribed to shard channels
+// as redigo's PubSubConn reads the classic ones (it knows no smessage):
+// a redis.Message, a redis.Subscription ("subscribe" for ssubscribe,
+// "unsubscribe" for sunsubscribe, which the server also sends by itself
+// when the channel's slot moves away: the watches then poll), a
+// redis.Pong, or an error.
+func shardReply(reply any, err error) any {
+	if err != nil {
+		return err
+	}
+	r, ok := reply.([]any)
+	if !ok || len(r) < 2 {
+		return fmt.Errorf("%w: shard pub/sub reply %T", ErrProtocol, reply)
+	}
+	kind, _ := redis.String(r[0], nil)
+	switch {
+	case kind == "smessage" && len(r) == 3:
+		ch, _ := redis.String(r[1], nil)
+		data, _ := redis.Bytes(r[2], nil)
+		return redis.Message{Channel: ch, Data: data}
+	case (kind == "ssubscribe" || kind == "sunsubscribe") && len(r) == 3:
+		ch, _ := redis.String(r[1], nil)
+		n, _ := redis.Int(r[2], nil)
+		return redis.Subscription{Kind: strings.TrimPrefix(kind, "s"), Channel: ch, Count: n}
+	case kind == "pong":
+		data, _ := redis.String(r[1], nil)
+		return redis.Pong{Data: data}
+	}
+	return fmt.Errorf("%w: shard pub/sub reply %q", ErrProtocol, kind)
 }

@@ -68,6 +68,13 @@ type Options struct {
 	// that dropped bytes and kept the connection) is closed at that
 	// reply, the calls still on it failing with ErrTimeout.
 	Pooled bool
+	// ShardChannels, for a lock's copy on a Redis Cluster (FollowSlot),
+	// announces releases and grants as shard messages (the scripts'
+	// SPUBLISH, Scripts.Sharded) and watches them with SSUBSCRIBE on the
+	// slot's master, instead of PUBLISH, which the cluster sends to every
+	// node. Redis 7 or later on every master; DialCluster sets it when
+	// each master it reaches has SPUBLISH. Other nodes ignore it.
+	ShardChannels bool
 }
 
 func (o Options) withDefaults() Options {
@@ -121,22 +128,8 @@ var (
 	//go:embed scripts/inspect_announce.lua
 	inspectAnnounceLua string
 
-	acquireScript = boxed(luaScripts.Acquire)
-	extendScript  = boxed(luaScripts.Extend)
-	releaseScript = boxed(luaScripts.Release)
-	inspectScript = boxed(luaScripts.Inspect)
-
-	acquireFencedScript = boxed(luaScripts.AcquireFenced)
-	confirmFenceScript  = boxed(luaScripts.ConfirmFence)
-	transferScript      = boxed(luaScripts.Transfer)
-	leaveScript         = boxed(luaScripts.Leave)
-
-	acquireSharedScript = boxed(luaScripts.AcquireShared)
-	extendSharedScript  = boxed(luaScripts.ExtendShared)
-	releaseSharedScript = boxed(luaScripts.ReleaseShared)
-
-	announceScript        = boxed(luaScripts.Announce)
-	inspectAnnounceScript = boxed(luaScripts.InspectAnnounce)
+	classicScripts = boxAll(luaScripts)
+	shardedScripts = boxAll(luaScripts.Sharded())
 
 	waiterLeaseMS = WaiterLease.Milliseconds()
 )
@@ -149,6 +142,25 @@ type script struct {
 }
 
 func boxed(s Script) *script { return &script{src: s.Src, hash: s.Hash} }
+
+// scriptSet is a node's scripts, boxed: the classic ones, or, on a
+// lock's copy on a Redis Cluster that has shard channels, the Sharded
+// ones.
+type scriptSet struct {
+	acquire, extend, release, inspect            *script
+	acquireFenced, confirmFence, transfer, leave *script
+	acquireShared, extendShared, releaseShared   *script
+	announce, inspectAnnounce                    *script
+}
+
+func boxAll(s Scripts) *scriptSet {
+	return &scriptSet{
+		acquire: boxed(s.Acquire), extend: boxed(s.Extend), release: boxed(s.Release), inspect: boxed(s.Inspect),
+		acquireFenced: boxed(s.AcquireFenced), confirmFence: boxed(s.ConfirmFence), transfer: boxed(s.Transfer), leave: boxed(s.Leave),
+		acquireShared: boxed(s.AcquireShared), extendShared: boxed(s.ExtendShared), releaseShared: boxed(s.ReleaseShared),
+		announce: boxed(s.Announce), inspectAnnounce: boxed(s.InspectAnnounce),
+	}
+}
 
 // Redis is a Node backed by a redigo connection pool.
 type Redis struct {
@@ -171,6 +183,7 @@ type Redis struct {
 	stop    context.CancelFunc // ends them, at Close
 
 	sub *subscriber // the pub/sub connection for Watch
+	sc  *scriptSet  // classicScripts, or shardedScripts with sub sharded too
 
 	// In a Redis Cluster (FollowSlot): ask returns the node an ASK reply
 	// names, where the command goes again (nil: ASK is not followed);
@@ -228,7 +241,7 @@ func Dial(rawURL string, opts Options) (*Redis, error) {
 // New returns a Redis node for a parsed endpoint. It does not connect.
 func New(ep Endpoint, opts Options) *Redis {
 	opts = opts.withDefaults()
-	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout, spares: make(chan spare, opts.MaxActive)}
+	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout, spares: make(chan spare, opts.MaxActive), sc: classicScripts}
 	r.life, r.stop = context.WithCancel(context.Background())
 	dialOpts, netDial := dialOptions(ep, opts)
 	// The pub/sub connection: the same address, credentials and TLS, no

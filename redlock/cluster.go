@@ -56,7 +56,10 @@ func WithCopies(n int) Option {
 // script of a lock runs in one slot; its quorum is a majority of copies.
 // Every feature of a Dial client works on it. Each copy follows its
 // slot to the master that serves it after a failover or a resharding
-// (node.FollowSlot).
+// (node.FollowSlot). Where every master has shard channels (Redis 7),
+// releases are announced with SPUBLISH and watched with SSUBSCRIBE
+// (node.Options.ShardChannels), not with PUBLISH, which a cluster sends
+// to every node.
 //
 // The first client to dial a cluster records the number of copies and
 // their tags in the cluster (the placement record: keys
@@ -87,6 +90,11 @@ func NewCluster(seeds []string, copyNode func(Copy) node.Node, opts ...Option) (
 	p, err := placeCluster(seeds, opts, true)
 	if err != nil {
 		return nil, err
+	}
+	if copyNode == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.nopts.Timeout, time.Second))
+		p.nopts.ShardChannels = node.HasShardChannels(ctx, p.known, p.nopts)
+		cancel()
 	}
 	nodes := make([]node.Node, len(p.copies))
 	for i, cp := range p.copies {

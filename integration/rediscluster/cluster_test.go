@@ -28,7 +28,14 @@ import (
 // shared by the tests (each on keys of its own).
 var three, five *cluster.RedisCluster
 
+// quiet is a go-redis logger that says nothing: its pools log every
+// failed dial, which the failover test makes by the dozen.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	var err error
 	three, err = cluster.StartRedisCluster(ctx, 3, 0)
