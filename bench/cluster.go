@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 // DialCluster client against the raw floor on the same three masters,
 // its copies placed by hand (the same hash tags), uncontended cycles
 // interleaved; then one goroutine locks and unlocks while master 0 is
-// killed and its replica promoted. Its scenario id for -scenarios is
-// "cluster".
+// killed and its replica promoted. Between the two, two clients hand a
+// key to each other, announcing on shard channels or with PUBLISH. Its
+// scenario id for -scenarios is "cluster".
 
 // clusterNodeTimeout is the test cluster's cluster-node-timeout
 // (cluster.StartRedisCluster).
@@ -38,6 +40,12 @@ type clusterRes struct {
 	gapAt          time.Duration // when the longest gap ended, from the kill
 	cycles, failed int
 	promoted       time.Duration // from the kill to the replica's promotion
+	// Handoffs between two clients on one key, announced on shard
+	// channels (SPUBLISH, the default here) or with PUBLISH, rounds
+	// interleaved: sections per second and the six servers' CPU per
+	// section, per round.
+	shardRate, classicRate []float64
+	shardCPU, classicCPU   []float64 // µs of node CPU per section
 }
 
 // clusterPass runs the pass.
@@ -79,6 +87,9 @@ func (b *bench) clusterPass() (*clusterRes, error) {
 	if err := b.interleave(c, fw, r.rounds, r.perRound, &r.ours, &r.floor, &r.ratios); err != nil {
 		return nil, err
 	}
+	if err := b.clusterHandoffs(rc, seeds, r); err != nil {
+		return nil, err
+	}
 	// The control: the same on three independent masters (no cluster),
 	// this library's Dial client against the floor without tags.
 	pctx, pcancel := context.WithTimeout(b.ctx, time.Minute)
@@ -109,6 +120,120 @@ func (b *bench) clusterPass() (*clusterRes, error) {
 		return nil, err
 	}
 	return r, b.clusterKill(rc, c, r)
+}
+
+// clusterHandoffs: two clients (one goroutine each) take one key in
+// turns for a second per round, their copies announcing releases on
+// shard channels or with PUBLISH (node.Options.ShardChannels, the
+// copies made as DialCluster makes them), the two kinds alternating
+// which goes first; per round, sections per second and the cluster's
+// CPU per section (INFO cpu of all six servers).
+func (b *bench) clusterHandoffs(rc *cluster.RedisCluster, seeds []string, r *clusterRes) error {
+	s := b.p.setup
+	copies, err := redlock.ClusterCopies(seeds)
+	if err != nil {
+		return err
+	}
+	known := make([]node.Endpoint, len(copies))
+	for i, cp := range copies {
+		known[i] = cp.Master
+	}
+	dial := func(shard bool) (*redlock.Client, error) {
+		opts := node.Options{MaxIdle: s.pool, MaxActive: s.pool, Timeout: s.sockTimeout, ShardChannels: shard}
+		return redlock.NewCluster(seeds, func(cp redlock.Copy) node.Node {
+			return node.FollowSlot(cp.Master, cp.Tag, known, opts)
+		}, redlock.WithTTL(s.ttl))
+	}
+	per := time.Second
+	if b.p.quick {
+		per = 300 * time.Millisecond
+	}
+	run := func(round int, shard bool) (rate, cpu float64, err error) {
+		var cs []*redlock.Client
+		defer func() {
+			for _, c := range cs {
+				_ = c.Close()
+			}
+		}()
+		for range 2 {
+			c, err := dial(shard)
+			if err != nil {
+				return 0, 0, err
+			}
+			cs = append(cs, c)
+		}
+		key := fmt.Sprintf("bench:cluster:hot:%d:%v", round, shard)
+		cpu0, err := clusterCPU(rc)
+		if err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		end := start.Add(per)
+		counts := make(chan int, len(cs))
+		for _, c := range cs {
+			go func() {
+				n := 0
+				for time.Now().Before(end) && b.ctx.Err() == nil {
+					lctx, cancel := context.WithDeadline(b.ctx, end.Add(time.Second))
+					l, err := c.Lock(lctx, key)
+					cancel()
+					if err != nil {
+						continue
+					}
+					n++
+					_ = l.Unlock(b.ctx)
+				}
+				counts <- n
+			}()
+		}
+		n := 0
+		for range cs {
+			n += <-counts
+		}
+		took := time.Since(start)
+		cpu1, err := clusterCPU(rc)
+		if err != nil || n == 0 {
+			return 0, 0, err
+		}
+		return float64(n) / took.Seconds(), (cpu1 - cpu0) / float64(n) * 1e6, nil
+	}
+	for round := range max(r.rounds/2, 2) {
+		for _, shard := range []bool{round%2 == 0, round%2 != 0} {
+			rate, cpu, err := run(round, shard)
+			if err != nil {
+				return err
+			}
+			if shard {
+				r.shardRate, r.shardCPU = append(r.shardRate, rate), append(r.shardCPU, cpu)
+			} else {
+				r.classicRate, r.classicCPU = append(r.classicRate, rate), append(r.classicCPU, cpu)
+			}
+		}
+	}
+	return nil
+}
+
+// clusterCPU sums used_cpu_user and used_cpu_sys (seconds) over rc's
+// servers, masters and replicas.
+func clusterCPU(rc *cluster.RedisCluster) (float64, error) {
+	sum := 0.0
+	for i := range rc.Size() {
+		a := rc.Admin(i)
+		v, err := a.Command(context.Background(), "INFO", "cpu")
+		a.Close()
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(fmt.Sprintf("%s", v), "\n") {
+			for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+					f, _ := strconv.ParseFloat(rest, 64)
+					sum += f
+				}
+			}
+		}
+	}
+	return sum, nil
 }
 
 // clusterKill: one goroutine locks and unlocks distinct keys for 6 s;
@@ -165,7 +290,7 @@ func (b *bench) clusterKill(rc *cluster.RedisCluster, c *redlock.Client, r *clus
 func renderCluster(sb *strings.Builder, r *clusterRes) {
 	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
 	w("## Redis Cluster (issue 46)\n\n")
-	w("A local Redis Cluster of three masters with a replica each (redis-server processes, cluster-node-timeout %v). Uncontended: one goroutine, a distinct key per cycle, this library's `DialCluster` client (contender A's set-up) and the raw floor on the same three masters, its keys under the same hash tags (copies placed by hand), cycle by cycle alternating who goes first; %d rounds of %d cycles each, the ratio of the medians per round, and the median of those. Kill: one goroutine locks and unlocks for 5 s after master 0 is killed.\n\n",
+	w("A local Redis Cluster of three masters with a replica each (redis-server processes, cluster-node-timeout %v). Uncontended: one goroutine, a distinct key per cycle, this library's `DialCluster` client (contender A's set-up) and the raw floor on the same three masters, its keys under the same hash tags (copies placed by hand), cycle by cycle alternating who goes first; %d rounds of %d cycles each, the ratio of the medians per round, and the median of those. Handoffs: two clients of one goroutine each take one key in turns for a second per round, their copies announcing on shard channels (`SPUBLISH`/`SSUBSCRIBE`, what `DialCluster` picks on Redis 7) or with `PUBLISH`, the two alternating which goes first; node CPU is the six servers' `used_cpu_user + sys` (`INFO cpu`) per section. Kill: one goroutine locks and unlocks for 5 s after master 0 is killed.\n\n",
 		clusterNodeTimeout, r.rounds, r.perRound)
 	rs := slices.Clone(r.ratios)
 	slices.Sort(rs)
@@ -179,6 +304,11 @@ func renderCluster(sb *strings.Builder, r *clusterRes) {
 	w("| (control: Dial on 3 independent masters) | %s | %s | %s / %s | %.2f× (rounds %.2f–%.2f) | – |\n",
 		fmtDur(r.plainOurs.q(0.5)), fmtDur(r.plainOurs.q(0.99)), fmtDur(r.plainFloor.q(0.5)), fmtDur(r.plainFloor.q(0.99)),
 		median(r.plainRatios), prs[0], prs[len(prs)-1])
+	if len(r.shardRate) > 0 {
+		rate, cpu := median(r.shardRate)/median(r.classicRate), median(r.shardCPU)/median(r.classicCPU)
+		w("| handoffs, 2 clients on one key: shard channels (default) vs PUBLISH | %.0f vs %.0f sections/s (%.2f×) | | node CPU %.0fµs vs %.0fµs per section (%.2f×) | medians of %d rounds each | – |\n",
+			median(r.shardRate), median(r.classicRate), rate, median(r.shardCPU), median(r.classicCPU), cpu, len(r.shardRate))
+	}
 	w("| master 0 killed | longest gap %s (ended %s after the kill) | | %d Locks, %d failed; replica promoted after %s | – | %s (gap ≤ the cluster's node timeout, %v) |\n\n",
 		fmtDur(r.gap), fmtDur(r.gapAt), r.cycles, r.failed, fmtDur(r.promoted), passMiss(r.gap <= clusterNodeTimeout), clusterNodeTimeout)
 }
