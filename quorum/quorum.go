@@ -153,8 +153,9 @@ type arrival struct {
 	latency time.Duration // 0 for a node Skip refused
 }
 
-// Start runs c.Call for nodes 0..n-1 in parallel, one goroutine each, and
-// returns at once. If c is also a Skipper, a node it skips gets its error
+// Start runs c.Call for nodes 0..n-1 in parallel, one goroutine each (a
+// worker that may have run earlier calls, see spawn), and returns at
+// once. If c is also a Skipper, a node it skips gets its error
 // as the reply and no goroutine. A Round is started once.
 func (r *Round) Start(clk clock.Clock, n int, c Caller) {
 	r.ch, r.start, r.clk = make(chan arrival, n), clk.Now(), clk
@@ -180,7 +181,7 @@ func (r *Round) Start(clk clock.Clock, n int, c Caller) {
 				continue
 			}
 		}
-		go r.run(i)
+		spawn(r, i)
 	}
 }
 
