@@ -42,6 +42,17 @@ func TestClusterWakesOnShardChannels(t *testing.T) {
 			}()
 			require.Eventually(t, func() bool { return channels(t, three, "SHARDCHANNELS", k) >= b.Quorum() },
 				5*time.Second, 5*time.Millisecond, "the waiter subscribes on shard channels of a majority of copies")
+			// Subscribed, the waiter queues with its next attempt; a release
+			// before that finds no one queued and frees the key unannounced.
+			require.Eventually(t, func() bool {
+				queued := 0
+				for i := range three.Masters {
+					if len(keysOn(three, i, "*"+k+":waiters")) > 0 {
+						queued++
+					}
+				}
+				return queued >= b.Quorum()
+			}, 5*time.Second, 5*time.Millisecond, "the waiter queues on a majority of copies")
 			assert.Zero(t, channels(t, three, "CHANNELS", k), "no classic channel of the key is subscribed")
 			require.NoError(t, l.Unlock(ctx))
 			select {
