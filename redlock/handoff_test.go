@@ -905,6 +905,10 @@ func TestGrantReleasedWhereAnExtendFoundAnotherHolder(t *testing.T) {
 	require.NoError(t, r.err)
 	g := r.l.Token()
 	require.True(t, strings.HasPrefix(g, "~"), "held by grant: %q", g)
+	// Unlock returned at a majority, and the lock at a majority of
+	// grants: the third grant may still be on its way.
+	require.Eventually(t, func() bool { return holders(fakes, "k", g) == len(fakes) }, 5*time.Second, time.Millisecond,
+		"every node granted")
 	// Node 2 as if its grant had not come: another holder there, the
 	// call's registration asking for g still queued.
 	h := nodes[2].(watchHandoff).handoffNode
