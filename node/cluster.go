@@ -29,10 +29,7 @@ var ErrNotCluster = errors.New("not a Redis Cluster node")
 // cluster announces (the seed's host where it announces none). Errors:
 // ErrNotCluster, node.Error kinds as for any call (unreachable, auth).
 func ClusterMasters(ctx context.Context, seed Endpoint, opts Options) ([]Master, error) {
-	opts = opts.withDefaults()
-	dialOpts, netDial := dialOptions(seed, opts)
-	dialOpts = append(dialOpts, redis.DialContextFunc(netDial))
-	c, err := redis.DialContext(ctx, "tcp", seed.Addr(), dialOpts...)
+	c, err := dialOnce(ctx, seed, opts)
 	if err != nil {
 		return nil, Fail(seed.Addr(), "cluster slots", redigoKind(err), err)
 	}
@@ -141,11 +138,8 @@ func ClusterRecord(ctx context.Context, masters []Master, key, value string, opt
 	if !ok {
 		return "", fmt.Errorf("node: cluster: no master serves the slot of %q", key)
 	}
-	opts = opts.withDefaults()
-	dialOpts, netDial := dialOptions(m.Endpoint, opts)
-	dialOpts = append(dialOpts, redis.DialContextFunc(netDial))
 	addr := m.Endpoint.Addr()
-	c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
+	c, err := dialOnce(ctx, m.Endpoint, opts)
 	if err != nil {
 		return "", Fail(addr, "cluster record", redigoKind(err), err)
 	}
@@ -171,12 +165,9 @@ func ClusterRecord(ctx context.Context, masters []Master, key, value string, opt
 // answers. A master that does not answer is not counted: it cannot run
 // the client's scripts either until it does.
 func HasShardChannels(ctx context.Context, masters []Endpoint, opts Options) bool {
-	opts = opts.withDefaults()
 	answered := false
 	for _, ep := range masters {
-		dialOpts, netDial := dialOptions(ep, opts)
-		dialOpts = append(dialOpts, redis.DialContextFunc(netDial))
-		c, err := redis.DialContext(ctx, "tcp", ep.Addr(), dialOpts...)
+		c, err := dialOnce(ctx, ep, opts)
 		if err != nil {
 			continue
 		}
@@ -191,4 +182,13 @@ func HasShardChannels(ctx context.Context, masters []Endpoint, opts Options) boo
 		answered = true
 	}
 	return answered
+}
+
+// dialOnce opens a connection of its own to ep within ctx, for a
+// cluster read at dial time (the topology, the placement record, shard
+// channels); the caller closes it.
+func dialOnce(ctx context.Context, ep Endpoint, opts Options) (redis.Conn, error) {
+	dialOpts, netDial := dialOptions(ep, opts.withDefaults())
+	dialOpts = append(dialOpts, redis.DialContextFunc(netDial))
+	return redis.DialContext(ctx, "tcp", ep.Addr(), dialOpts...)
 }
