@@ -298,7 +298,7 @@ var announceYes, announceNo any = "1", "0"
 // key, raises the key's fence counter in the same step (see node.Fencer).
 func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
 	reply, err := n.run(ctx, "acquire", n.sc.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
-		k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), node.WaiterLease.Milliseconds(), k.Owner, k.Ticket)
+		node.AcquireFencedArgs(k, ttl, counterTTL)...)
 	if err != nil {
 		return node.Result{}, err
 	}

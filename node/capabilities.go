@@ -288,6 +288,20 @@ type Sharer interface {
 // covers the other) and outlives it (see Fencer).
 func FenceKey(key string) string { return key + ":fence" }
 
+// AcquireFencedArgs returns the ARGV of acquire_fenced.lua for k (see
+// Fencer.AcquireFenced), the same for every driver: its KEYS are k.Name,
+// FenceKey(k.Name) and k.Waiters(). A waiting attempt's grant (k.Owner
+// and k.Grant set) goes with its proposal, k.GrantFence: 0 for none,
+// which no node grants.
+func AcquireFencedArgs(k *Key, ttl, counterTTL time.Duration) []any {
+	args := make([]any, 6, 11)
+	args[0], args[1], args[2], args[3], args[4], args[5] = k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), WaiterLease.Milliseconds(), k.Owner, k.Ticket
+	if k.Owner != "" && k.Grant != "" {
+		args = append(args, k.Grant, GrantTTL(ttl).Milliseconds(), k.GrantFence, k.GrantRecord, ttl.Milliseconds())
+	}
+	return args
+}
+
 // Fencer is a Node that can hand out fencing tokens: numbers that grow
 // from one grant of a key to the next. It is optional; a client asked for
 // fenced locks requires it of every node.
@@ -306,11 +320,21 @@ type Fencer interface {
 	// the new value in Result.Fence. On a Handoffer, one with k.Owner
 	// set is a waiting attempt: it queues (k.Owner, k.Ticket) and takes
 	// the key as a waiting Acquire does (free and the head of the
-	// queue, or reserved for it; a fenced waiter asks for no grant), so
+	// queue, reserved for it, or holding the grant it asks for), so
 	// that fenced waiters are served in turn; the driver sends the owner
-	// as is, and the caller sets it only on a waiting attempt. One
-	// without an owner does not queue, and leaves nothing on the node
-	// where it is refused.
+	// as is, and the caller sets it only on a waiting attempt. Refused,
+	// such an attempt reports the key's counter in Result.Fence (0:
+	// none), which the waiter's next proposal exceeds (Key.GrantFence).
+	// With k.Grant and k.GrantFence set, it asks for a fenced grant: a
+	// release that hands the key on to it sets the key to k.Grant only
+	// where the counter exists and is below k.GrantFence, raising the
+	// counter to k.GrantFence (and keeping k.GrantRecord beside the key,
+	// as ConfirmAnnounce would), and reserves the key for it elsewhere.
+	// Without a proposal (k.GrantFence 0) the grant names the call (a
+	// Leave by call, see Handoffer) and is never given. Build the
+	// script's arguments with AcquireFencedArgs. One without
+	// an owner does not queue, and leaves nothing on the node where it
+	// is refused.
 	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)
 	// ConfirmFence raises the key's counter to at least fence while the
 	// key still holds k.Token: Done, or Taken (another token) or Absent,

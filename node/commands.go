@@ -151,8 +151,8 @@ var announceYes, announceNo any = "1", "0"
 // AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
 // was set, the fence counter raised in the same step (see Fencer).
 func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "acquire", r.sc.acquireFenced, 3, k.Name, FenceKey(k.Name), k.Waiters(), k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), waiterLeaseMS,
-		k.Owner, k.Ticket)
+	args := append(make([]any, 0, 16), k.Name, FenceKey(k.Name), k.Waiters())
+	reply, err := r.evalKeys(ctx, "acquire", r.sc.acquireFenced, 3, append(args, AcquireFencedArgs(k, ttl, counterTTL)...)...)
 	if err != nil {
 		return Result{}, err
 	}

@@ -51,8 +51,10 @@ type Scripts struct {
 	Inspect Script
 	// AcquireFenced (acquire_fenced.lua): KEYS key, FenceKey(key),
 	// Key.Waiters(); ARGV token, ttl ms, counter TTL ms, WaiterLease ms,
-	// owner ("": an attempt that does not queue), ticket. Reply:
-	// ParseAcquire.
+	// owner ("": an attempt that does not queue), ticket; optional, a
+	// fenced grant: grant, GrantTTL ms, the proposed fence
+	// (Key.GrantFence), the record (Key.GrantRecord) and its TTL ms
+	// (build them with AcquireFencedArgs). Reply: ParseAcquire.
 	AcquireFenced Script
 	// ConfirmFence (confirm_fence.lua): KEYS key, FenceKey(key),
 	// AnnounceKey(key) (optional); ARGV token, fence, counter TTL ms,
@@ -157,19 +159,31 @@ func newLua(main string, keys int, libs ...string) Script {
 // ParseAcquire reads the reply of Acquire or AcquireFenced: "OK" (or, of
 // AcquireFenced, ["OK", fence]) is Done; an integer is Taken, with the
 // holder's PTTL in Result.TTL; [wait, ticket] is Taken, with wait in
-// Result.TTL and the waiter's ticket in Result.Ticket.
+// Result.TTL and the waiter's ticket in Result.Ticket; [wait, ticket,
+// counter] (AcquireFenced's waiting attempt) adds the key's fence
+// counter in Result.Fence.
 func ParseAcquire(reply any) (Result, error) {
 	switch v := reply.(type) {
 	case int64:
 		return Result{Status: Taken, TTL: holderTTL(v)}, nil
 	case []any:
-		if len(v) != 2 {
+		if len(v) != 2 && len(v) != 3 {
 			break
 		}
 		if wait, ok := v[0].(int64); ok {
-			if ticket, ok := asInt(v[1]); ok && ticket >= 0 {
-				return Result{Status: Taken, TTL: holderTTL(wait), Ticket: ticket}, nil
+			ticket, ok := asInt(v[1])
+			if !ok || ticket < 0 {
+				break
 			}
+			var fence int64
+			if len(v) == 3 {
+				if fence, ok = asInt(v[2]); !ok || fence < 0 {
+					break
+				}
+			}
+			return Result{Status: Taken, TTL: holderTTL(wait), Ticket: ticket, Fence: fence}, nil
+		}
+		if len(v) != 2 {
 			break
 		}
 		if asString(v[0]) == "OK" {

@@ -47,11 +47,12 @@ func TestFencedAcquireAgainstRedis(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, time.Hour.Milliseconds(), pttl.(int64), 5000, "the counter's TTL")
 
-	// A refused acquire reports the holder and leaves the counter alone.
+	// A refused acquire reports the holder and the counter, and leaves
+	// the counter alone.
 	taken, err := r.AcquireFenced(ctx, &b, time.Minute, time.Hour)
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, taken.Status)
-	assert.Zero(t, taken.Fence)
+	assert.Equal(t, res.Fence, taken.Fence)
 	assert.InDelta(t, time.Minute, taken.TTL, float64(5*time.Second))
 	assert.Equal(t, res.Fence, counter())
 

@@ -60,8 +60,9 @@ type Result struct {
 	// keys expire instead of polling.
 	TTL time.Duration
 	// Fence is, for a fenced acquire (Fencer.AcquireFenced) answered
-	// Done, the key's fence counter after the acquire raised it; 0
-	// otherwise.
+	// Done, the key's fence counter after the acquire raised it; for a
+	// waiting one answered Taken, the counter as it stands (0: none);
+	// 0 otherwise.
 	Fence int64
 	// Ticket is, for a queued Acquire answered Taken, the waiter's
 	// place in the key's queue on this node (see Handoffer); 0 when the
@@ -101,6 +102,20 @@ type Key struct {
 	// key's own queue (Queue "") grants; a Leave with Grant hands on a
 	// key granted to it. Make it with GrantValue.
 	Grant string
+	// GrantFence (0: none) makes Grant a fenced grant, for a waiting
+	// Fencer.AcquireFenced: the fence the waiter proposes, above every
+	// counter its last refusals reported. A release grants the key
+	// only where the key's counter exists and is below it, raising the
+	// counter to it in the same step, so that the nodes that grant all
+	// agree on the fence; elsewhere it reserves the key. A fenced
+	// waiter's Grant without a proposal only names its call: no node
+	// grants it. Its rollback's requeue asks for no grant: release.lua
+	// would register one without a fence.
+	GrantFence int64
+	// GrantRecord is, with GrantFence, the record a fenced grant keeps
+	// beside the key (AnnounceKey: an election's leader, see
+	// Announcer), for the lock's TTL; "": none.
+	GrantRecord string
 	// Requeue marks the rollback of a waiting Acquire: a Release without
 	// announce that frees the key queues Owner again with Ticket, asking
 	// for Grant for WaiterLease (see Handoffer; a caller whose GrantTTL

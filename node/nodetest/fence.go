@@ -32,7 +32,7 @@ func testFence(t *testing.T, f Factory) {
 	assert.Equal(t, res.Fence, again.Fence, "a repeated acquire answers the same fence")
 	taken := e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: k.Name, Token: "tok-2"}, time.Minute, time.Hour))(node.Taken, "fenced acquire of a held key")
 	assert.Greater(t, taken.TTL, time.Duration(0))
-	assert.Zero(t, taken.Fence)
+	assert.Equal(t, res.Fence, taken.Fence, "a refusal reports the counter, which a waiter's proposal exceeds")
 
 	e.resultOf(fe.ConfirmFence(e.ctx, &k, res.Fence+1000, time.Hour))(node.Done, "confirm a higher fence")
 	assert.Equal(t, fmt.Sprint(res.Fence+1000), e.get(fk), "a confirm raises the counter")
@@ -112,4 +112,104 @@ func testFencedQueue(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "the key is free")
 	e.resultOf(fe.AcquireFenced(e.ctx, key("tok-f4", "f", 0), time.Minute, time.Hour))(node.Done, "a lone fenced waiter takes a free key")
 	e.resultOf(e.n.Release(e.ctx, key("tok-f4", "f", 0), true))(node.Done, "release")
+}
+
+// testFencedGrant: a waiting fenced acquire that proposes a fence
+// (node.Key.GrantFence) with its grant is granted the key by a release
+// only where the counter is below the proposal: the key is set to the
+// grant, the counter raised to the proposal, the record it sent kept
+// beside the key, and the grant announced on its channel. Where the
+// counter has reached the proposal (or is gone) the key is reserved for
+// it instead, and its fenced acquire takes the reservation, or the grant
+// it finds, raising the counter. A proposal without a grant asks for
+// none; a refusal reports the counter.
+func testFencedGrant(t *testing.T, f Factory) {
+	e, h := startHandoffer(t, f)
+	fe, ok := e.n.(node.Fencer)
+	if !ok {
+		t.Skip("the node is not a node.Fencer")
+	}
+	name := "lk:fgrant"
+	wk, fk, rk := node.WaitersKey(name), node.FenceKey(name), node.AnnounceKey(name)
+	t.Cleanup(func() { e.do("DEL", name, wk, fk, rk) })
+	holder := &node.Key{Name: name, Token: "tok-a", Owner: "a"}
+	held := e.resultOf(fe.AcquireFenced(e.ctx, holder, time.Minute, time.Hour))(node.Done, "a takes the key, fenced")
+	g := node.GrantValue("f", "call1")
+	ask := func(tok string, fence int64) *node.Key {
+		return &node.Key{Name: name, Token: tok, Owner: "f", Grant: g, GrantFence: fence, GrantRecord: "rec"}
+	}
+	w := e.resultOf(fe.AcquireFenced(e.ctx, ask("tok-f1", held.Fence+1), time.Minute, time.Hour))(node.Taken, "f waits, proposing the next fence")
+	assert.Equal(t, held.Fence, w.Fence, "the refusal reports the counter")
+	toF := e.subscribe(t, node.ReservedKey(name, "f"))
+	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
+	assert.Equal(t, g, e.get(name), "granted to f")
+	assert.Equal(t, fmt.Sprint(held.Fence+1), e.get(fk), "the counter raised to the proposal with the grant")
+	assert.Equal(t, g+"\nrec", e.get(rk), "the record kept beside the key, under the grant")
+	assert.InDelta(t, time.Minute, e.pttl(rk), float64(5*time.Second), "for the lock's TTL")
+	assert.InDelta(t, node.GrantTTL(time.Minute), e.pttl(name), float64(time.Second), "the grant lasts node.GrantTTL")
+	if msg := receive(t, toF, 5*time.Second); assert.NotNil(t, msg) {
+		assert.Equal(t, node.GrantMessage(g, "tok-f1"), string(msg[2].([]byte)), "announced naming the registering attempt")
+	}
+	assert.Equal(t, int64(0), e.do("HEXISTS", wk, "f"), "f has left the queue")
+
+	// The counter has reached b's proposal: the key is reserved for b,
+	// whose fenced acquire takes it and raises the counter.
+	gb := node.GrantValue("b", "call1")
+	b := &node.Key{Name: name, Token: "tok-b1", Owner: "b", Grant: gb, GrantFence: held.Fence + 1}
+	e.resultOf(fe.AcquireFenced(e.ctx, b, time.Minute, time.Hour))(node.Taken, "b waits with a stale proposal")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: g, Owner: "f", Record: true}, true))(node.Done, "f releases its grant and its record")
+	assert.Equal(t, "~b", e.get(name), "reserved, not granted: the counter is not below the proposal")
+	assert.Equal(t, fmt.Sprint(held.Fence+1), e.get(fk), "the counter unchanged")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "f's record went with its key")
+	took := e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-b2", Owner: "b", Grant: gb}, time.Minute, time.Hour))(node.Done, "b takes the reservation")
+	assert.Greater(t, took.Fence, held.Fence+1)
+
+	// A grant given before the waiter's next attempt came is taken by
+	// it, the counter raised as for a free key.
+	c := &node.Key{Name: name, Token: "tok-c1", Owner: "c", Grant: node.GrantValue("c", "x"), GrantFence: took.Fence + 1}
+	e.resultOf(fe.AcquireFenced(e.ctx, c, time.Minute, time.Hour))(node.Taken, "c waits")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: "tok-b2", Owner: "b"}, true))(node.Done, "b releases")
+	assert.Equal(t, c.Grant, e.get(name), "granted to c")
+	assert.Equal(t, fmt.Sprint(took.Fence+1), e.get(fk))
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "no record asked for, none kept")
+	c2 := *c
+	c2.Token = "tok-c2"
+	res := e.resultOf(fe.AcquireFenced(e.ctx, &c2, time.Minute, time.Hour))(node.Done, "c's next attempt takes its grant")
+	assert.Greater(t, res.Fence, took.Fence+1, "and raises the counter")
+	assert.Equal(t, "tok-c2", e.get(name))
+
+	// A grant's record goes with it where the grant goes without a
+	// release: taken by its waiter's next attempt, handed on by its
+	// Leave.
+	g2 := node.GrantValue("c", "y")
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-c3", Owner: "c", Grant: g2, GrantFence: res.Fence + 1, GrantRecord: "r2"}, time.Minute, time.Hour))(node.Taken, "c's next call waits behind itself")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: "tok-c2", Owner: "c"}, false))(node.Done, "c's rollback hands on to its own next call")
+	require.Equal(t, g2, e.get(name), "granted")
+	require.Equal(t, g2+"\nr2", e.get(rk))
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-c4", Owner: "c", Grant: g2}, time.Minute, time.Hour))(node.Done, "taken by the attempt")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "the grant's record went with it")
+	g3 := node.GrantValue("c", "z")
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-c5", Owner: "c", Grant: g3, GrantFence: res.Fence + 1<<40, GrantRecord: "r3"}, time.Minute, time.Hour))(node.Taken, "again")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: "tok-c4", Owner: "c"}, false))(node.Done, "granted again")
+	require.Equal(t, g3+"\nr3", e.get(rk))
+	require.NoError(t, h.Leave(e.ctx, &node.Key{Name: name, Owner: "c", Grant: g3}), "the call gives up")
+	assert.Equal(t, int64(0), e.do("EXISTS", rk), "its record went with the grant")
+	assert.Equal(t, int64(0), e.do("EXISTS", name), "no one else queued: the key is free")
+	c2 = node.Key{Name: name, Token: "tok-c6"}
+	e.resultOf(fe.AcquireFenced(e.ctx, &c2, time.Minute, time.Hour))(node.Done, "taken again")
+
+	// A grant without a proposal is not asked for (it would raise no
+	// counter), nor is one where the counter is gone.
+	d := &node.Key{Name: name, Token: "tok-d1", Owner: "d", Grant: node.GrantValue("d", "x")}
+	e.resultOf(fe.AcquireFenced(e.ctx, d, time.Minute, time.Hour))(node.Taken, "d waits without a proposal")
+	e.resultOf(e.n.Release(e.ctx, &c2, true))(node.Done, "c releases")
+	assert.Equal(t, "~d", e.get(name), "reserved for d")
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-d2", Owner: "d"}, time.Minute, time.Hour))(node.Done, "d takes it")
+	hk := &node.Key{Name: name, Token: "tok-h", Owner: "h", Grant: node.GrantValue("h", "x"), GrantFence: 1 << 60}
+	e.resultOf(fe.AcquireFenced(e.ctx, hk, time.Minute, time.Hour))(node.Taken, "h proposes")
+	e.do("DEL", fk)
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: "tok-d2", Owner: "d"}, true))(node.Done, "d releases")
+	assert.Equal(t, "~h", e.get(name), "no counter: reserved, not granted")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: "~h", Owner: "h"}, false))(node.Done, "cleanup")
+	e.do("DEL", name, wk, fk, rk)
 }

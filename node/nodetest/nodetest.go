@@ -121,6 +121,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Handoff", func(t *testing.T) { testHandoff(t, f) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, f) })
 	t.Run("FencedQueue", func(t *testing.T) { testFencedQueue(t, f) })
+	t.Run("FencedGrant", func(t *testing.T) { testFencedGrant(t, f) })
 	t.Run("SharedQueue", func(t *testing.T) { testSharedQueue(t, f) })
 	t.Run("Grant", func(t *testing.T) { testGrant(t, f) })
 	t.Run("LeaveByCall", func(t *testing.T) { testLeaveByCall(t, f) })

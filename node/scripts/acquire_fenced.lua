@@ -11,17 +11,31 @@
 --          which queues as acquire.lua's does; "" (or absent): it does
 --          not queue
 -- ARGV[6]  the caller's ticket (node.Key.Ticket); 0 when it has none yet
+-- ARGV[7]  the grant a waiting attempt asks for (node.Key.Grant; "" or
+--          absent: a reservation), with
+-- ARGV[8]  its TTL in milliseconds (node.GrantTTL),
+-- ARGV[9]  the fence it proposes (node.Key.GrantFence; a decimal; "0":
+--          none, and then no release grants it: it names the call),
+-- ARGV[10] the record a grant keeps beside the key (node.Key.GrantRecord;
+--          "": none) and
+-- ARGV[11] that record's TTL in milliseconds: see hand_on in queue.lua,
+--          which grants the key only where the fence counter is below
+--          the proposal, raising it to the proposal
 -- Returns  {"OK", counter} when the key was set, the counter raised to
 --          max(counter + 1, the node's TIME in microseconds); when the key
 --          already held the caller's token (a retried command, see
 --          acquire.lua), its TTL set again and {"OK", counter} as it stands;
---          otherwise, for a waiting attempt, {wait, ticket} as acquire.lua,
---          else the holder's PTTL in milliseconds.
+--          otherwise, for a waiting attempt, {wait, ticket, counter} (wait
+--          and ticket as acquire.lua; counter the key's fence counter, 0
+--          where it has none: what a proposal must exceed), else {PTTL,
+--          0, counter} (the holder's PTTL in milliseconds; before, the
+--          PTTL alone).
 -- A waiting attempt queues, takes a key reserved for it (its turn, see
--- hand_on in queue.lua; a fenced waiter asks for no grant: its fence
--- needs the confirm round, node.Fencer), and takes a free key only as
--- the head of the queue, so that releases that hand the key on serve it
--- in its turn like any other waiter. An attempt that does not queue
+-- hand_on in queue.lua) or granted to it (the grant it asks for, given
+-- before this attempt came; the counter is raised as for a free key and
+-- the attempt's fence confirmed as any other), and takes a free key only
+-- as the head of the queue, so that releases that hand the key on serve
+-- it in its turn like any other waiter. An attempt that does not queue
 -- (a TryLock's, a Lock's first) takes a free key in no order and leaves
 -- nothing where it is refused: a Lock that goes on waiting subscribes
 -- and then queues with a waiting attempt, as an unfenced one does. (It
@@ -45,7 +59,9 @@ if v == ARGV[1] then
   end
 end
 local tag = KEYS[3] and ARGV[5] or ""
-if v ~= ARGV[1] and (not v or (tag ~= "" and v == "~" .. tag)) and
+local grant = tag ~= "" and ARGV[7] or ""
+local mine = v == "~" .. tag or (grant ~= "" and v == grant)
+if v ~= ARGV[1] and (not v or (tag ~= "" and mine)) and
   redis.call("EXISTS", KEYS[1] .. ":dead:" .. ARGV[1]) == 1 then
   -- A tombstone (see acquire.lua): rolled back here before it ran; the
   -- key it would set nobody would release. Answered as taken, changing
@@ -57,11 +73,11 @@ if v ~= ARGV[1] and (not v or (tag ~= "" and v == "~" .. tag)) and
 end
 if tag == "" then
   if v then
-    return redis.call("PTTL", KEYS[1])
+    return {redis.call("PTTL", KEYS[1]), 0, tonumber(redis.call("GET", KEYS[2]) or "0") or 0}
   end
-elseif v == "~" .. tag then
-  -- Reserved for the caller: take it and leave the queue, as acquire.lua
-  -- (the counter of tickets reaches the caller's).
+elseif mine then
+  -- Reserved for the caller, or granted to it: take it and leave the
+  -- queue, as acquire.lua (the counter of tickets reaches the caller's).
   local mine = tonumber(ARGV[6]) or 0
   if mine > 0 and (tonumber(redis.pcall("HGET", KEYS[3], "#")) or 0) < mine then
     redis.pcall("HSET", KEYS[3], "#", mine)
@@ -70,12 +86,26 @@ elseif v == "~" .. tag then
   if redis.pcall("HLEN", KEYS[3]) == 1 then
     redis.call("DEL", KEYS[3])
   end
+  if v == grant then
+    -- A record the grant kept (an election's, see drop_record in
+    -- queue.lua) goes: this attempt's confirm keeps its own.
+    local r = redis.call("GET", KEYS[1] .. ":leader")
+    if r and string.sub(r, 1, #v + 1) == v .. "\n" then
+      redis.call("DEL", KEYS[1] .. ":leader")
+    end
+  end
 elseif v ~= ARGV[1] then
 --[[libraries]]
   local wk = KEYS[3]
   local ok, head, mine, lease = pcall(function()
     local now = now_ms()
-    local mine = queue_join(wk, tag, ARGV[6], tonumber(ARGV[4]), now)
+    -- A grant is always a fenced one here ("0": no proposal, which no
+    -- release grants: the grant only names the call for a Leave).
+    local fence = nil
+    if grant ~= "" then
+      fence = {string.match(ARGV[9] or "", "^%d+$") or "0", ARGV[3], ARGV[11] or "0", ARGV[10] or ""}
+    end
+    local mine = queue_join(wk, tag, ARGV[6], tonumber(ARGV[4]), now, ARGV[8], ARGV[1], grant, fence)
     local h, hl = queue_head(wk, now, nil)
     if not h then
       return "", mine, 1
@@ -88,10 +118,11 @@ elseif v ~= ARGV[1] then
       redis.pcall("PEXPIRE", wk, ARGV[4])
       return {redis.call("PTTL", KEYS[1]), 0}
     end
+    local c = tonumber(redis.call("GET", KEYS[2]) or "0") or 0
     if not v then
-      return {lease, mine}
+      return {lease, mine, c}
     end
-    return {redis.call("PTTL", KEYS[1]), mine}
+    return {redis.call("PTTL", KEYS[1]), mine, c}
   end
   if ok then
     pcall(queue_drop, wk, tag)

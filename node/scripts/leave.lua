@@ -4,7 +4,8 @@
 -- a key of its own queue that is absent where others still wait (the
 -- rollback of the leaver's last attempt may have deleted it quietly, the
 -- leaver heading the queue then, see release.lua's ARGV[4]); with no one
--- left, nothing is announced. (queue.lua is prepended.)
+-- left, nothing is announced. A record a fenced grant kept for the
+-- leaver goes with its grant (drop_record). (queue.lua is prepended.)
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters (node.WaitersKey, see queue.lua)
 -- ARGV[1]  the waiter's client tag (node.Key.Owner)
@@ -36,6 +37,9 @@ if ARGV[2] == "*" then
   local v = redis.call("GET", KEYS[1])
   local mark = "~" .. ARGV[1]
   if v == mark or (v and string.sub(v, 1, #mark + 1) == mark .. ":") or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
+    if v ~= mark and v ~= "~r" then
+      drop_record(KEYS[1], v) -- a fenced grant's (queue.lua)
+    end
     hand_on(KEYS[1], KEYS[2], ARGV[1])
   elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
     hand_on(KEYS[1], KEYS[2], ARGV[1], true)
@@ -51,6 +55,7 @@ end
 local v = redis.call("GET", KEYS[1])
 if not mine then
   if v == ARGV[2] then
+    drop_record(KEYS[1], v)
     hand_on(KEYS[1], KEYS[2], nil) -- the next call may be the head
   end
   return 1
@@ -59,6 +64,9 @@ pcall(queue_drop, KEYS[2], ARGV[1])
 if v == "~" .. ARGV[1] or (v == ARGV[2] and v ~= "") or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
   -- (The readers' reservation, "~r": the next head decides, a reader
   -- that still comes or a writer; see hand_on.)
+  if v == ARGV[2] then
+    drop_record(KEYS[1], v) -- a fenced grant's (queue.lua)
+  end
   hand_on(KEYS[1], KEYS[2], ARGV[1])
 elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
   hand_on(KEYS[1], KEYS[2], ARGV[1], true)

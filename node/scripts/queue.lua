@@ -7,8 +7,12 @@
 -- reserved for that waiter until end (hand_on), or by
 -- "::<ttl>:<token>:<grant>" for a waiter that asked to be granted the key
 -- directly (acquire.lua's ARGV[6], node.Key.Grant): the grant TTL
--- (ARGV[7]) and token of the attempt that registered it last; field "#" holds the last ticket
--- given out. The head of the queue is the live waiter with the
+-- (ARGV[7]) and token of the attempt that registered it last; or by
+-- "::<ttl>,<fence>,<counter ttl>,<record ttl>:<token>:<grant>\n<record>"
+-- for a fenced waiter's grant (acquire_fenced.lua, node.Key.GrantFence):
+-- the fence it proposes, the TTLs of the fence counter and of the
+-- record, and the record's text (an election's; "": none). Field "#"
+-- holds the last ticket given out. The head of the queue is the live waiter with the
 -- lowest ticket, the lower tag breaking ties, among those no key is
 -- reserved for. A queue is a lock's own when KEYS[2] is KEYS[1] ..
 -- ":waiters" (node.WaitersKey); otherwise it serves several keys (a
@@ -36,21 +40,22 @@ local function queue_drop(wk, tag)
   end
 end
 
--- queue_forget_grant drops tag's entry where it asks for grant: the lock
--- that grant stands for is done with this node (release.lua).
-local function queue_forget_grant(wk, tag, grant)
-  local e = redis.call("HGET", wk, tag)
-  if e and tag ~= "" and string.sub(e, -#grant - 1) == ":" .. grant then
-    queue_drop(wk, tag)
-  end
-end
-
 -- queue_entry parses an entry: ticket, lease end, the end of the
 -- reservation for it (0: none), and for a waiter that asked for a grant
--- its TTL, the registering attempt's token and the grant (nil: none);
--- nil for a malformed one.
+-- its TTL, the registering attempt's token and the grant (nil: none),
+-- and for a fenced grant {fence, counter TTL, record TTL, record text},
+-- as strings (nil: an unfenced one; a fence keeps its digits: Lua's
+-- tostring of a double above 10^14 would not); nil for a malformed one.
 local function queue_entry(e)
   e = e or ""
+  local head, text = string.match(e, "^([^\n]*)\n(.*)$")
+  if head then
+    local tk, lease, gttl, f, ct, rt, t, g = string.match(head, "^(%d+):(%d+)::(%d+),(%d+),(%d+),(%d+):([^:]+):(.+)$")
+    if not tk then
+      return nil
+    end
+    return tonumber(tk), tonumber(lease), 0, tonumber(gttl), t, g, {f, ct, rt, text}
+  end
   local tk, lease, gttl, t, g = string.match(e, "^(%d+):(%d+)::(%d+):([^:]+):(.+)$")
   if tk then
     return tonumber(tk), tonumber(lease), 0, tonumber(gttl), t, g
@@ -60,25 +65,34 @@ local function queue_entry(e)
   return tonumber(tk), tonumber(lease), tonumber(rs) or 0
 end
 
+-- queue_forget_grant drops tag's entry where it asks for grant: the lock
+-- that grant stands for is done with this node (release.lua).
+local function queue_forget_grant(wk, tag, grant)
+  local e = redis.call("HGET", wk, tag)
+  if e and tag ~= "" and select(6, queue_entry(e)) == grant then
+    queue_drop(wk, tag)
+  end
+end
+
 -- queue_head drops lapsed entries and returns the head among the waiters
 -- other than skip that no key is reserved for: its tag, lease end,
 -- ticket, and the grant it asked for, as queue_entry (nil: none; nil
 -- when there is no head).
 local function queue_head(wk, now, skip)
   local all = redis.call("HGETALL", wk)
-  local head, ht, hl, hgt, hgtok, hg
+  local head, ht, hl, hgt, hgtok, hg, hf
   for i = 1, #all, 2 do
     local tag = all[i]
     if tag ~= "#" then
-      local tk, lease, rs, gttl, gtok, g = queue_entry(all[i + 1])
+      local tk, lease, rs, gttl, gtok, g, f = queue_entry(all[i + 1])
       if not tk or lease <= now then
         queue_drop(wk, tag)
       elseif tag ~= skip and rs <= now and (not head or tk < ht or (tk == ht and tag < head)) then
-        head, ht, hl, hgt, hgtok, hg = tag, tk, lease, gttl, gtok, g
+        head, ht, hl, hgt, hgtok, hg, hf = tag, tk, lease, gttl, gtok, g, f
       end
     end
   end
-  return head, hl, ht, hgt, hgtok, hg
+  return head, hl, ht, hgt, hgtok, hg, hf
 end
 
 -- queue_join queues tag, or renews its place, for lease milliseconds from
@@ -89,8 +103,9 @@ end
 -- A reservation for it that has not ended is kept; grant (nil or "":
 -- none) is the value the waiter asks a release to set the key to for
 -- gttl milliseconds when it hands the key on to it (see hand_on), token
--- the registering attempt's.
-local function queue_join(wk, tag, ticket, lease, now, gttl, token, grant)
+-- the registering attempt's, fence (nil: none) a fenced grant's
+-- {fence, counter TTL, record TTL, record text} (see queue_entry).
+local function queue_join(wk, tag, ticket, lease, now, gttl, token, grant, fence)
   local mine = tonumber(ticket)
   local tk, le, rs = queue_entry(redis.call("HGET", wk, tag))
   if not tk or le <= now then
@@ -109,12 +124,27 @@ local function queue_join(wk, tag, ticket, lease, now, gttl, token, grant)
   local e = mine .. ":" .. (now + lease)
   if rs > now then
     e = e .. ":" .. rs
+  elseif grant and grant ~= "" and fence then
+    e = e .. "::" .. gttl .. "," .. fence[1] .. "," .. fence[2] .. "," .. fence[3] .. ":" .. token .. ":" .. grant .. "\n" .. fence[4]
   elseif grant and grant ~= "" then
     e = e .. "::" .. gttl .. ":" .. token .. ":" .. grant
   end
   redis.call("HSET", wk, tag, e)
   redis.call("PEXPIRE", wk, lease)
   return mine
+end
+
+-- drop_record deletes the record beside key (key .. ":leader",
+-- node.AnnounceKey) where a fenced grant kept it for token (see hand_on)
+-- and the grant is going without a release that would take it: handed
+-- on by a Leave, or taken by its waiter's acquire, whose confirm keeps
+-- its own. The change is announced as announce.lua's.
+local function drop_record(key, token)
+  local r = redis.call("GET", key .. ":leader")
+  if r and string.sub(r, 1, #token + 1) == token .. "\n" then
+    redis.call("DEL", key .. ":leader")
+    redis.pcall("PUBLISH", key .. ":leader:released", "")
+  end
 end
 
 -- hand_on frees KEYS[1] (held by the caller): where a waiter other than
@@ -139,13 +169,23 @@ end
 -- head's channel, the message naming the grant and the attempt that
 -- registered it, grant .. ":" .. token (node.GrantMessage): the waiter
 -- holds the key here without another command (node.Key.Grant).
+-- A fenced grant (node.Key.GrantFence) is given only where the key's
+-- fence counter (key .. ":fence", node.FenceKey) exists and is below the
+-- fence the waiter proposed: the counter is raised to that fence with
+-- the key, and a record the waiter sent (an election's) is kept beside
+-- the key (key .. ":leader", node.AnnounceKey) as announce.lua keeps it.
+-- Elsewhere (the counter has reached the proposal, or is gone) the key
+-- is reserved for the head instead, and its fenced acquire takes it.
+-- So every node that grants it sets the same fence, above the counter
+-- it had: the fence of a grant by a majority needs no confirm round
+-- (see Client.granted).
 local function hand_on(key, wk, skip, quiet)
-  local ok, head, left, grant, msg = pcall(function()
+  local ok, head, left, grant, msg, fence = pcall(function()
     if redis.call("EXISTS", wk) == 0 then
       return nil
     end
     local now = now_ms()
-    local h, lease, tk, gttl, gtok, g = queue_head(wk, now, skip)
+    local h, lease, tk, gttl, gtok, g, f = queue_head(wk, now, skip)
     if not h and not quiet and redis.call("HLEN", wk) == 1 then
       -- Only the ticket counter: a mark of a waiter that does not
       -- queue (see acquire_fenced.lua), which this announcement serves
@@ -162,9 +202,9 @@ local function hand_on(key, wk, skip, quiet)
       -- node.WaitersKey(key); a semaphore's line is named otherwise):
       -- the next release of one of them goes to the next head.
       redis.call("HSET", wk, h, tk .. ":" .. lease .. ":" .. lease)
-    elseif g then
+    elseif g and (not f or (tonumber(redis.call("GET", key .. ":fence")) or math.huge) < tonumber(f[1])) then
       queue_drop(wk, h)
-      return h, gttl, g, g .. ":" .. gtok
+      return h, gttl, g, g .. ":" .. gtok, f
     end
     return h, lease - now
   end)
@@ -176,6 +216,13 @@ local function hand_on(key, wk, skip, quiet)
   elseif ok and head then
     if grant then
       redis.call("SET", key, grant, "PX", left)
+      if fence then
+        redis.call("SET", key .. ":fence", fence[1], "PX", fence[2])
+        if fence[4] ~= "" then
+          redis.call("SET", key .. ":leader", grant .. "\n" .. fence[4], "PX", fence[3])
+          redis.pcall("PUBLISH", key .. ":leader:released", "")
+        end
+      end
       redis.pcall("PUBLISH", key .. ":" .. head .. ":released", msg)
       return
     end
