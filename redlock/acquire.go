@@ -73,7 +73,7 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, once bool) (
 // loop (no turn, no queue, no subscription, no wait): kept out of it,
 // an uncontended TryLock does not move a waiter to the heap.
 func (c *Client) tryOnce(ctx context.Context, key string, cfg *config) (*Lock, int, error) {
-	l, out, err := c.attempt(ctx, key, cfg, false, 0, "", "", nil)
+	l, out, err := c.attempt(ctx, key, cfg, false, asks{}, "", nil)
 	if out != nil {
 		out.err.Attempts = 1
 		return nil, 1, out.err
@@ -227,18 +227,23 @@ type waiter struct {
 	prev       int64    // the ticket before it
 	subscribed bool     // subscribe ran
 
-	w       *watches
-	o       *offer
-	perm    []int8      // per node, as refusals: what its last reply said
-	asked   int         // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
-	ticket  int64       // this call's place in the nodes' queue for key; 0 before it has one
-	grant   string      // the node.Key.Grant this call asks for once it queues (see granted)
-	lost    bool        // a waiting attempt left a node's reply unknown: no grant is counted
-	refused bool        // an attempt failed for a reason a retry may change: this call waited
-	sent    []*inflight // waiting attempts whose commands may still register the call on a node
-	requeue bool        // a rollback of a waiting attempt requeued the call (node.Key.Requeue)
-	reg     *node.Key   // the call's registration, from its first waiting attempt (see register)
-	rolling []*outcome  // failed attempts whose rollback may still be on its way: settled at the end
+	w      *watches
+	o      *offer
+	perm   []int8 // per node, as refusals: what its last reply said
+	asked  int    // waits so far: each asks cfg.retry with the next number (see RetryStrategy)
+	ticket int64  // this call's place in the nodes' queue for key; 0 before it has one
+	grant  string // the node.Key.Grant this call asks for once it queues (see granted)
+	// propose is, for a fenced call, the fence its next waiting attempt
+	// proposes for a grant (node.Key.GrantFence): above every counter
+	// its attempts were refused with; 0 before one reported one.
+	// proposed is the last attempt's, the fence of a grant it gets.
+	propose, proposed int64
+	lost              bool        // a waiting attempt left a node's reply unknown: no grant is counted
+	refused           bool        // an attempt failed for a reason a retry may change: this call waited
+	sent              []*inflight // waiting attempts whose commands may still register the call on a node
+	requeue           bool        // a rollback of a waiting attempt requeued the call (node.Key.Requeue)
+	reg               *node.Key   // the call's registration, from its first waiting attempt (see register)
+	rolling           []*outcome  // failed attempts whose rollback may still be on its way: settled at the end
 }
 
 // turn is the key's local queue for a Lock call; readers take no turns.
@@ -274,7 +279,9 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, wt.ticket, wt.grant, tok, &wt.rolling)
+	p := asks{ticket: wt.ticket, grant: wt.grant, fence: wt.propose}
+	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, p, tok, &wt.rolling)
+	wt.proposed = p.fence // the fence of a grant this attempt's registration gets
 	wt.made = n
 	switch {
 	case err != nil:
@@ -293,7 +300,12 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 // backoff is the RetryStrategy's next delay, within WithMaxWait's
 // limit. A call whose last attempt the nodes gave different tickets (a
 // node's counter had started over) queues again at once with the
-// largest, so that every node orders the waiters alike.
+// largest, so that every node orders the waiters alike; so does a
+// fenced call that has learnt a fence to propose since it registered
+// without one (a hot key's first attempt queues before it knows the
+// counters), or whose proposal a majority's counters have reached (no
+// majority could grant it), so that the release it waits for grants
+// it. (Counters pass a proposal only as other holders take the key.)
 func (wt *waiter) backoff(_ context.Context, cfg *config) (time.Duration, bool, error) {
 	c := wt.c
 	wt.asked++
@@ -306,7 +318,8 @@ func (wt *waiter) backoff(_ context.Context, cfg *config) (time.Duration, bool, 
 	switch {
 	case !again:
 		return 0, false, wt.out.err
-	case wt.out.split && wt.ticket != wt.prev:
+	case wt.out.split && wt.ticket != wt.prev,
+		cfg.fenced && wt.grant != "" && wt.propose > 0 && (wt.proposed == 0 || wt.out.passed >= c.quorum):
 		return 0, true, nil
 	}
 	return d, false, nil
@@ -362,7 +375,7 @@ func (wt *waiter) sleep(ctx context.Context, cfg *config, d time.Duration) (*Loc
 	case err != nil:
 		return nil, wt.ended(ctx, err)
 	case !wt.lost && out.undone() && wt.w.grantedBy(c.quorum):
-		return c.granted(wt.key, cfg, wt.grant, wt.ticket, out.started), nil
+		return c.granted(wt.key, cfg, asks{ticket: wt.ticket, grant: wt.grant, fence: wt.proposed}, out.started), nil
 	}
 	return nil, nil
 }

@@ -26,7 +26,7 @@ import (
 // came later queued ahead of it: the torture histories' starved
 // writers and semaphore waits, each with a failed attempt that set a
 // key on one node.)
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, ticket int64, grant, token string, rolling *[]*outcome) (*Lock, *outcome, error) {
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool, p asks, token string, rolling *[]*outcome) (*Lock, *outcome, error) {
 	if !c.begin() {
 		return nil, nil, ErrClosed
 	}
@@ -38,7 +38,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 	// known to be hot, a semaphore's) does not wait out slow nodes once
 	// one refused (see await); readers queue from their first attempt.
 	impatient := rolling != nil && !wait && !cfg.shared
-	l, out := c.try(ctx, key, cfg, wait, impatient, ticket, grant, token, behind)
+	l, out := c.try(ctx, key, cfg, wait, impatient, p, token, behind)
 	switch {
 	case rolling == nil:
 		out.settle()
@@ -65,6 +65,8 @@ type outcome struct {
 	perm    []int8        // per node, a refusal no retry changes (see refusals)
 	freeIn  time.Duration // when the holder's keys free a majority; 0 unknown
 	ticket  int64         // waiting: the largest ticket a node queued the call with (see node.Handoffer)
+	counter int64         // fenced: the largest fence counter a refusal reported (node.Result.Fence)
+	passed  int           // fenced, waiting: refusals whose counter had reached the fence the attempt proposed (node.Key.GrantFence)
 	queued  bool          // waiting: a majority queued the call
 	split   bool          // waiting: nodes queued the call with different tickets
 	started time.Time     // waiting: when the attempt's round began
@@ -186,7 +188,7 @@ func (o *outcome) undone() bool {
 }
 
 // try is attempt's work, within a begun operation.
-func (c *Client) try(ctx context.Context, key string, cfg *config, wait, impatient bool, ticket int64, grant, token string, behind []*outcome) (*Lock, *outcome) {
+func (c *Client) try(ctx context.Context, key string, cfg *config, wait, impatient bool, p asks, token string, behind []*outcome) (*Lock, *outcome) {
 	if ctx.Err() != nil {
 		// Nothing is sent for a context that has already ended.
 		return nil, failure(notStarted("acquire", key, c, ctx, ErrNotAcquired))
@@ -195,7 +197,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait, impatie
 		// A fresh token per attempt (see waiter.prepare).
 		token = newToken()
 	}
-	l := newLock(c, cfg.key(c, key, token, ticket, grant), cfg)
+	l := newLock(c, cfg.key(c, key, token, p), cfg)
 	r := l.ch.send(ctx, command{op: "acquire", ttl: cfg.ttl, fenced: cfg.fenced, wait: wait, behind: behind})
 	t := c.await(ctx, r, impatient)
 	validity := clock.Validity(cfg.ttl, r.Elapsed(), cfg.driftFactor)
@@ -212,7 +214,7 @@ func (c *Client) try(ctx context.Context, key string, cfg *config, wait, impatie
 		l.ch.wait(c.rollback(ctx, l, r, 0))
 		return nil, failure(qe)
 	}
-	return nil, c.refused(ctx, l, r, cfg, wait, ticket, validity)
+	return nil, c.refused(ctx, l, r, cfg, wait, p.ticket, validity)
 }
 
 // await waits for the outcome of an acquire's round r (quorum.Round.Wait).
@@ -318,6 +320,14 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 			out.trail[i] = &l.ch.tail[i]
 		}
 	}
+	for _, rep := range reps {
+		if rep.Err == nil && rep.Result.Status == node.Taken {
+			out.counter = max(out.counter, rep.Result.Fence)
+			if f := l.k.GrantFence; f > 0 && rep.Result.Fence >= f {
+				out.passed++
+			}
+		}
+	}
 	if wait {
 		out.ticket, out.queued, out.split = tickets(reps, c.quorum)
 		out.started = r.Started()
@@ -393,7 +403,7 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64)
 		}
 	}
 	lazy := granted == nil && r.Count().Refused(c.quorum)
-	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy})
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy, fenced: l.mode.fenced})
 	return granted
 }
 

@@ -19,7 +19,7 @@ type command struct {
 	op       string        // "acquire", "confirm", "extend", "reseed", "transfer", "release" or "announce", for errors and hooks
 	ttl      time.Duration // acquire, extend: the keys' TTL
 	fence    int64         // confirm: the fence to raise the counters to
-	fenced   bool          // acquire: raise the fence counter too (node.Fencer)
+	fenced   bool          // acquire: raise the fence counter too (node.Fencer); release: a fenced call's requeue, which asks for no grant
 	announce bool          // release: tell waiters (Unlock, not a rollback)
 	wait     bool          // acquire: ask a Taken node for the holder's TTL
 	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
@@ -101,9 +101,12 @@ func (r *round) doRare(ctx context.Context, i int, prev *step) (node.Result, err
 			return n.Release(ctx, &rk, cmd.announce)
 		}
 		rk.Ticket, rk.Requeue = cmd.requeue, true
-		if node.GrantTTL(cmd.ttl) < node.WaiterLease {
+		if node.GrantTTL(cmd.ttl) < node.WaiterLease || cmd.fenced {
 			// The registration's grant lasts a lease (see
-			// node.Key.Requeue), longer than this TTL's: a reservation.
+			// node.Key.Requeue), longer than this TTL's: a
+			// reservation. So for a fenced call: release.lua would
+			// register its grant without a fence, a grant that
+			// raises no counter.
 			rk.Grant = ""
 		}
 		return n.Release(ctx, &rk, false)

@@ -26,9 +26,9 @@ func (c *Client) watchWaiting(key string, cfg *config, queued bool) (*watches, s
 }
 
 // grantFor returns a fresh node.Key.Grant for a Lock call that waits with
-// cfg, or "" where the nodes would not grant it: fenced locks (their fence
-// needs a round of its own), semaphores and readers, and nodes that are
-// not all Handoffers.
+// cfg, or "" where the nodes would not grant it: semaphores and readers,
+// and nodes that are not all Handoffers. (A fenced call asks for it only
+// with a fence to propose, see mode.key.)
 func (c *Client) grantFor(cfg *config) string {
 	if !c.caps.handoff || !cfg.grants() {
 		return ""
@@ -52,13 +52,20 @@ func (c *Client) grantFor(cfg *config) string {
 // still held). It returns nil when more than grantMaxAge has passed
 // since from: an attempt then takes the granted keys with a validity
 // counted from now.
-func (c *Client) granted(key string, cfg *config, grant string, ticket int64, from time.Time) *Lock {
+//
+// A fenced call's fence is the one its last attempt proposed (a.fence):
+// each node that granted it raised the key's counter to that fence in
+// the same step, from below (hand_on in node/scripts/queue.lua), so no
+// confirm round is needed. Any earlier holder's confirmed majority
+// shares a node with this one, where its counter had reached that
+// holder's fence before the grant; any later holder's acquire reads a
+// counter of at least this fence on a node of this majority.
+func (c *Client) granted(key string, cfg *config, a asks, from time.Time) *Lock {
 	age, short := c.clk.Since(from), node.GrantTTL(cfg.ttl)
-	if age > grantMaxAge(cfg.ttl) || clock.Validity(short, age, cfg.driftFactor) <= 0 {
+	if age > grantMaxAge(cfg.ttl) || clock.Validity(short, age, cfg.driftFactor) <= 0 || cfg.fenced && a.fence <= 0 {
 		return nil
 	}
-	k := node.NewKey(key, grant)
-	k.Owner, k.Ticket, k.Grant = c.caps.tag, ticket, grant
+	k := cfg.key(c, key, a.grant, a) // the grant is its token; a campaign's release takes its record too
 	l := newLock(c, k, cfg)
 	// The chain as if the grant were the lock's acquire, answered by
 	// every node: its release goes to all of them, a grant may come late.
@@ -67,7 +74,7 @@ func (c *Client) granted(key string, cfg *config, grant string, ticket int64, fr
 		l.ch.tail[i] = step{res: node.Result{Status: node.Done}, sent: true, reached: true, done: true}
 	}
 	l.ch.expires = c.clk.Now().Add(cfg.ttl + node.WaiterLease + 2*l.ch.maxTimeout) // a node may grant while its registration lasts
-	l.grant(from, 0)
+	l.grant(from, a.fence)
 	c.heldByGrant(l)
 	if short < cfg.ttl {
 		// A node grants for less than the TTL (so that a waiter that

@@ -32,7 +32,7 @@ func TestGrantedOnAClosingClientCountsTheGrantTTL(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	from := c.clk.Now()
-	l := c.granted("k", &cfg, node.GrantValue(c.caps.tag, "id"), 1, from)
+	l := c.granted("k", &cfg, asks{ticket: 1, grant: node.GrantValue(c.caps.tag, "id")}, from)
 	require.NotNil(t, l)
 	assert.Equal(t, clock.Until(from, node.GrantTTL(10*time.Second), cfg.driftFactor), l.Until(), "valid for the grant TTL")
 	assert.ErrorIs(t, l.Extend(context.Background(), 10*time.Second), ErrClosed)

@@ -181,7 +181,7 @@ func (l *Lock) handOff(ctx context.Context, o *offer) error {
 	c := l.ch.c
 	// The waiter's kind: a writer of the key, or of a semaphore's slot
 	// (in the semaphore's queue, as l).
-	next := newLock(c, o.cfg.key(c, l.k.Name, newToken(), 0, ""), &o.cfg)
+	next := newLock(c, o.cfg.key(c, l.k.Name, newToken(), asks{}), &o.cfg)
 	r := next.ch.send(ctx, command{op: "transfer", ttl: next.ttl, from: l, fromTail: l.ch.tail})
 	t := r.Wait(ctx.Done(), c.quorum)
 	validity := clock.Validity(next.ttl, r.Elapsed(), next.drift)

@@ -50,9 +50,9 @@ func (m mode) ownLine() bool { return !m.shared && m.queue == "" }
 func (m mode) requeues() bool { return !m.shared }
 
 // grants reports whether the nodes may grant the key to a waiting call
-// by name (node.Key.Grant): a writer in the key's own line, unfenced (a
-// fence needs a round of its own).
-func (m mode) grants() bool { return m.ownLine() && !m.fenced }
+// by name (node.Key.Grant): a writer in the key's own line. A fenced
+// one's grant carries the fence it proposes (see asks).
+func (m mode) grants() bool { return m.ownLine() }
 
 // confirms reports whether an acquire that reached a majority confirms
 // its fence in a second round before it holds (Client.confirm).
@@ -72,16 +72,32 @@ func (m mode) owner(c *Client) string {
 	return c.caps.tag
 }
 
+// asks is what a waiting attempt asks of the nodes' queue: its ticket,
+// the grant it asks for, and for a fenced call the fence it proposes
+// (node.Key.GrantFence; 0: none yet, and then no node grants it).
+type asks struct {
+	ticket int64
+	grant  string
+	fence  int64
+}
+
 // key is the node.Key of a call of this kind on key with token: its
-// owner, ticket and grant, in its queue.
-func (m mode) key(c *Client, key, token string, ticket int64, grant string) node.Key {
+// owner, and what it asks of its queue (p). A fenced call's grant is
+// given only with a proposal (without one, it names the call), and a
+// campaign's grant keeps its record with the proposed term.
+func (m mode) key(c *Client, key, token string, p asks) node.Key {
 	var k node.Key
 	if m.shared {
 		k = node.NewSharedKey(key, token) // and its readers' keys
 	} else {
 		k = node.NewKey(key, token)
 	}
-	k.Owner, k.Ticket, k.Grant = m.owner(c), ticket, grant
+	k.Owner, k.Ticket, k.Grant = m.owner(c), p.ticket, p.grant
+	if m.fenced && p.grant != "" && p.fence > 0 {
+		if k.GrantFence = p.fence; m.announce != nil {
+			k.GrantRecord = record(p.fence, *m.announce)
+		}
+	}
 	k.Record = m.announce != nil // a campaign's release removes its record
 	if m.queue != "" {
 		k = k.InQueue(m.queue)

@@ -231,7 +231,7 @@ func (s *Semaphore) try(ctx context.Context, cfg *config, only []int, o *offer, 
 			// place passes to a waiter that ends before its turn.
 			s.c.touchQueue(s.slots[slot], s.queue, s.c.caps.tag)
 		}
-		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, wait, ticket, "", "", rolling)
+		l, out, aerr := s.c.attempt(ctx, s.slots[slot], cfg, wait, asks{ticket: ticket}, "", rolling)
 		switch {
 		case aerr != nil:
 			return nil, j + 1, poked, aerr

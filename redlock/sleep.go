@@ -50,7 +50,8 @@ type wake struct {
 //     another waiter); grace 0 ends it at the first, except for a grant,
 //     which waits up to a node timeout for the others of a majority
 //     (then the call holds the lock without an attempt, see
-//     Client.granted).
+//     Client.granted), also past a majority of announcements while
+//     the nodes not heard yet could still make a majority of grants.
 //   - A lock handed over at the moment the wait ends otherwise is taken
 //     rather than tried against (given).
 func (c *Client) sleep(ctx context.Context, d time.Duration, w *watches, o *offer, grace time.Duration, pokes bool) (wake, error) {
@@ -196,7 +197,14 @@ func (a *announced) wait(i int, grant bool) <-chan time.Time {
 		g = a.c.cfg.timeout()
 	}
 	a.heard++
-	if a.more = a.heard < a.c.quorum && g > 0; !a.more || a.late != nil {
+	more := a.heard < a.c.quorum
+	if n := a.w.nGranted; n > 0 && n < a.c.quorum && n+len(a.c.nodes)-a.heard >= a.c.quorum {
+		// Grants and reservations mixed (a node whose fence counter
+		// had passed a fenced call's proposal reserves): a majority
+		// of grants, which needs no attempt, may still come.
+		more = true
+	}
+	if a.more = more && g > 0; !a.more || a.late != nil {
 		return nil
 	}
 	a.late, a.first = a.c.clk.NewTimer(g), i

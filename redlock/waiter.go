@@ -109,6 +109,11 @@ func (wt *waiter) failed(out *outcome, attempt int) (prev int64, stop bool) {
 		// this call ahead of one already queued on a majority.
 		wt.ticket = max(wt.ticket, out.ticket)
 	}
+	if out.counter > 0 {
+		// Counters only grow: a proposal above the largest one seen
+		// is granted by every node that has not moved past it since.
+		wt.propose = max(wt.propose, out.counter+1)
+	}
 	wt.perm = mergeRefusals(wt.perm, out.perm)
 	if out.err.ctxErr != nil || wt.c.hopeless(wt.perm) {
 		return prev, true
