@@ -350,6 +350,7 @@ func Run(ctx context.Context, nodes Nodes, cfg Config, seed int64) *Result {
 	h.mu.Lock()
 	res.Violations[Starvation] = append(res.Violations[Starvation], Starved(h.waits, h.grants, cfg.StarveBound)...)
 	res.Violations[Leader] = append(res.Violations[Leader], Stale(h.terms, h.reads)...)
+	res.Violations[Fence] = append(res.Violations[Fence], Fences(h.grants)...)
 	res.opsBy = h.opsBy
 	if len(res.Violations[Release])+len(res.Violations[Leftover])+len(res.Violations[Starvation]) > 0 {
 		res.Trace = h.lines(n)
@@ -473,7 +474,7 @@ func (h *history) op(ctx context.Context, rc *redlock.Client, sem *redlock.Semap
 		return
 	}
 	h.mu.Lock()
-	h.grants = append(h.grants, Grant{Holder: holder, Key: l.Key(), Start: start, Got: got, Shared: l.Shared()})
+	h.grants = append(h.grants, Grant{Holder: holder, Key: l.Key(), Start: start, Got: got, Shared: l.Shared(), Fence: l.Fence()})
 	h.mu.Unlock()
 	var w *checker.Hold
 	if l.Shared() {

@@ -34,10 +34,14 @@ const (
 	// Leader never reports a term after its Resign returned, before its
 	// Campaign began, or with a value its leader did not announce.
 	Leader Oracle = "leader"
+	// Fence: the fences of a key's fenced holds grow in the order the
+	// holds were taken, however each was taken (an acquire and its
+	// confirm, or a grant with the fence its waiter proposed).
+	Fence Oracle = "fence"
 )
 
 // Oracles lists every oracle in report order.
-var Oracles = []Oracle{Exclusion, Permits, Release, Leftover, Starvation, Leader}
+var Oracles = []Oracle{Exclusion, Permits, Release, Leftover, Starvation, Leader, Fence}
 
 // Term is one leadership a Campaign returned.
 type Term struct {
@@ -148,12 +152,36 @@ func TooMany(ws []checker.Window, prefix string, permits int) []string {
 }
 
 // Grant is one lock a call returned: who, on which key, when the call
-// began and when it returned.
+// began and when it returned, and its fence (0: not fenced).
 type Grant struct {
 	Holder     int
 	Key        string
 	Start, Got time.Time
 	Shared     bool // a read hold
+	Fence      int64
+}
+
+// Fences returns the fenced grants of a key whose fence is not above
+// that of the key's fenced grant returned before it. Exclusive holds of
+// a key do not overlap, so a hold returned later was taken later; a
+// fence that does not grow would let a paused holder's write through a
+// fenced store.
+func Fences(grants []Grant) []string {
+	var out []string
+	gs := slices.Clone(grants)
+	slices.SortFunc(gs, func(a, b Grant) int { return a.Got.Compare(b.Got) })
+	last := map[string]Grant{}
+	for _, g := range gs {
+		if g.Fence == 0 || g.Shared {
+			continue
+		}
+		if p, ok := last[g.Key]; ok && g.Fence <= p.Fence {
+			out = append(out, fmt.Sprintf("%s: fence %d (holder %d, at %s) after fence %d (holder %d, at %s)",
+				g.Key, g.Fence, g.Holder, g.Got.Format("15:04:05.000000"), p.Fence, p.Holder, p.Got.Format("15:04:05.000000")))
+		}
+		last[g.Key] = g
+	}
+	return out
 }
 
 // StartTie is how far apart two calls of one client may begin, by the

@@ -157,3 +157,21 @@ func TestStaleFindsOldTermsAndBadReads(t *testing.T) {
 		t.Fatalf("want the term order and the three reads, got %d: %q", len(got), got)
 	}
 }
+
+func TestFencesFindsAFenceThatDoesNotGrow(t *testing.T) {
+	g := func(holder int, key string, got int, fence int64) history.Grant {
+		return history.Grant{Holder: holder, Key: key, Start: at(got - 1), Got: at(got), Fence: fence}
+	}
+	good := []history.Grant{
+		g(0, "x", 10, 100), g(1, "x", 20, 101), g(2, "y", 15, 50), // another key counts apart
+		g(3, "x", 25, 0), // not fenced
+		g(2, "x", 30, 5000),
+	}
+	if got := history.Fences(good); len(got) != 0 {
+		t.Fatalf("a good history: %q", got)
+	}
+	bad := append(good, g(4, "x", 40, 5000), g(1, "x", 50, 4999))
+	if got := history.Fences(bad); len(got) != 2 {
+		t.Fatalf("want the equal and the smaller fence, got %d: %q", len(got), got)
+	}
+}

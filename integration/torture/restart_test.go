@@ -43,7 +43,7 @@ func TestHistoriesAcrossNodeRestarts(t *testing.T) {
 		}
 	}()
 	o := history.Options{Budget: budget, Concurrency: 4, FirstSeed: time.Now().UnixNano() % 1e12, Log: os.Stdout, LogLimit: 2,
-		Fatal: oracles(t, "exclusion,permits,leader"), Print: oracles(t, "release,leftover,starvation")}
+		Fatal: oracles(t, "exclusion,permits,leader,fence"), Print: oracles(t, "release,leftover,starvation")}
 	sum, failed := history.RunMany(context.Background(), history.Standalone(shared), cfg, o)
 	stop()
 	wg.Wait()

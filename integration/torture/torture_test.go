@@ -14,14 +14,14 @@ import (
 
 // shortFaults and shortFatal are the fault kinds and the fatal oracles
 // of a run (make test, make torture): every kind, and the oracles that
-// hold today (Exclusion, Permits, Leader). Release, Leftover and
+// hold today (Exclusion, Permits, Leader, Fence). Release, Leftover and
 // Starvation find the library's known
 // defects (docs/TESTING.md lists them, with seeds): they are printed,
 // with their counts, and fail the run only when HISTORY_FATAL names
-// them (HISTORY_FATAL=exclusion,permits,leader,release,leftover,starvation).
+// them (HISTORY_FATAL=exclusion,permits,leader,fence,release,leftover,starvation).
 var (
 	shortFaults = "delay,lost-reply,lost-command,late,restart"
-	shortFatal  = "exclusion,permits,leader"
+	shortFatal  = "exclusion,permits,leader,fence"
 )
 
 // env returns the variable name, or def when it is unset or empty; the
