@@ -165,8 +165,9 @@ func WithNodeOptions(o node.Options) Option {
 // for storage to reject writes of a holder that outlived its lock. Given
 // to New or Dial, every lock of the client is fenced; given to one call,
 // that lock. Default off. It costs a second round trip to the nodes in
-// the acquire, and the nodes keep a counter per key (node.FenceKey) for a
-// day after its last grant. Every node must implement node.Fencer (the
+// the acquire (none for a waiter the holder's release grants the lock
+// to, with the fence it proposed: docs/FENCING.md), and the nodes keep a
+// counter per key (node.FenceKey) for a day after its last grant. Every node must implement node.Fencer (the
 // redigo nodes of Dial do).
 func WithFencing() Option { return func(c *config) { c.fenced = true } }
 
