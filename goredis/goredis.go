@@ -297,6 +297,14 @@ var announceYes, announceNo any = "1", "0"
 // AcquireFenced runs acquire_fenced.lua: Acquire that, when it sets the
 // key, raises the key's fence counter in the same step (see node.Fencer).
 func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
+	if n.resends && k.Grant != "" {
+		// No grant where go-redis may send the script again, as
+		// Acquire: a first copy that ran after the grant would take
+		// the key the client counts as granted.
+		kk := *k
+		kk.Grant, kk.GrantFence, kk.GrantRecord = "", 0, ""
+		k = &kk
+	}
 	reply, err := n.run(ctx, "acquire", n.sc.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
 		node.AcquireFencedArgs(k, ttl, counterTTL)...)
 	if err != nil {

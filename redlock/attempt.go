@@ -65,8 +65,8 @@ type outcome struct {
 	perm    []int8        // per node, a refusal no retry changes (see refusals)
 	freeIn  time.Duration // when the holder's keys free a majority; 0 unknown
 	ticket  int64         // waiting: the largest ticket a node queued the call with (see node.Handoffer)
-	counter int64         // fenced: the largest fence counter a refusal reported (node.Result.Fence)
-	passed  int           // fenced, waiting: refusals whose counter had reached the fence the attempt proposed (node.Key.GrantFence)
+	counter int64         // fenced: the largest fence counter a reply reported (node.Result.Fence)
+	passed  int           // fenced, waiting: replies whose counter had reached the fence the attempt proposed (node.Key.GrantFence)
 	queued  bool          // waiting: a majority queued the call
 	split   bool          // waiting: nodes queued the call with different tickets
 	started time.Time     // waiting: when the attempt's round began
@@ -321,7 +321,9 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		}
 	}
 	for _, rep := range reps {
-		if rep.Err == nil && rep.Result.Status == node.Taken {
+		// Refusals report the key's counter; where this attempt set
+		// the key (rolled back now), it raised the counter itself.
+		if rep.Err == nil && rep.Result.Status != node.Unknown {
 			out.counter = max(out.counter, rep.Result.Fence)
 			if f := l.k.GrantFence; f > 0 && rep.Result.Fence >= f {
 				out.passed++

@@ -252,10 +252,11 @@ func (c *Client) leaveWaiters(reg *node.Key, l *Lock, sent []*inflight, requeued
 		// for a reservation instead (see command.go), which no
 		// Unlock drops: a later release there reserved the key for
 		// this client, its call gone, for the rest of the lease (a
-		// torture trace, stop 51). The Leave goes then, without the
+		// torture trace, stop 51); a fenced call's requeue never asks
+		// for its grant. The Leave goes then, without the
 		// grant: one that named it would hand on the key l holds by
 		// it there (leave.lua).
-		if !requeued || node.GrantTTL(l.ttl) >= node.WaiterLease {
+		if !requeued || node.GrantTTL(l.ttl) >= node.WaiterLease && !l.mode.fenced {
 			return
 		}
 		k.Grant = ""

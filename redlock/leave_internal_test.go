@@ -102,9 +102,11 @@ func TestLeaveWaitsOnlyForCommandsThatRegister(t *testing.T) {
 // which no Unlock drops, and a release would reserve the key for the
 // client with its call gone (a torture trace, stop 51). Then the Leave
 // goes, without the grant: one that named it would hand on the key the
-// lock holds by it.
+// lock holds by it. A fenced call's requeue never asks for its grant
+// (release.lua would register it without its fence): its Leave goes
+// whatever the TTL.
 func TestGrantedCallLeavesABareRequeue(t *testing.T) {
-	run := func(t *testing.T, ttl time.Duration, requeued bool) *leaveNode {
+	run := func(t *testing.T, ttl time.Duration, requeued bool, fenced ...bool) *leaveNode {
 		n := &leaveNode{}
 		c, err := New([]node.Node{n}, WithNodeTimeout(time.Second))
 		require.NoError(t, err)
@@ -113,6 +115,7 @@ func TestGrantedCallLeavesABareRequeue(t *testing.T) {
 		reg := c.register("k", "", grant, c.caps.tag)
 		require.NotNil(t, reg)
 		l := &Lock{k: node.Key{Name: "k", Owner: c.caps.tag, Token: grant}, ttl: ttl}
+		l.mode.fenced = len(fenced) > 0 && fenced[0]
 		l.ch = chain{c: c, k: &l.k, tail: make([]step, 1)}
 		l.ch.finish(&l.ch.tail[0], node.Result{Status: node.Taken}, nil) // the grant did not come here
 		c.leaveWaiters(reg, l, nil, requeued)
@@ -132,6 +135,13 @@ func TestGrantedCallLeavesABareRequeue(t *testing.T) {
 	t.Run("requeued asking for the grant", func(t *testing.T) {
 		n := run(t, 3*time.Second, true) // node.GrantTTL is the lease: the Unlock drops it
 		assert.Never(t, func() bool { return n.count() > 0 }, 200*time.Millisecond, 5*time.Millisecond)
+	})
+	t.Run("fenced, requeued", func(t *testing.T) {
+		n := run(t, 3*time.Second, true, true)
+		require.Eventually(t, func() bool { return n.count() == 1 }, 5*time.Second, time.Millisecond, "no Leave")
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		assert.Equal(t, []string{""}, n.grants, "the Leave names the grant the lock holds by")
 	})
 }
 

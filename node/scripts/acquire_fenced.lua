@@ -92,6 +92,7 @@ elseif mine then
     local r = redis.call("GET", KEYS[1] .. ":leader")
     if r and string.sub(r, 1, #v + 1) == v .. "\n" then
       redis.call("DEL", KEYS[1] .. ":leader")
+      redis.pcall("PUBLISH", KEYS[1] .. ":leader:released", "")
     end
   end
 elseif v ~= ARGV[1] then

@@ -120,6 +120,17 @@ if string.sub(ARGV[1], 1, 1) == "~" then
   pcall(queue_forget_grant, KEYS[2], ARGV[3], ARGV[1])
 end
 if v ~= ARGV[1] then
+  if v and ARGV[2] == "1" and v == "~" .. (ARGV[3] or "") and string.sub(ARGV[1], 1, 1) == "~" and
+    redis.pcall("HEXISTS", KEYS[2], ARGV[3]) == 0 then
+    -- Reserved for the caller's client, whose call unlocks a lock it
+    -- held by grants elsewhere (a fenced grant's proposal had been
+    -- passed here, so this node reserved): with no call of the client
+    -- queued here any more (its entry went just above), nothing would
+    -- take the reservation, which would keep the next waiter out for
+    -- the rest of a lease. It is handed on.
+    hand_on(KEYS[1], KEYS[2], ARGV[3], false)
+    return 0
+  end
   if v then
     return 0
   end
