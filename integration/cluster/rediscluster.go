@@ -14,6 +14,10 @@ import (
 type RedisCluster struct {
 	*Processes
 	Masters, Replicas int
+	// Spares are nodes started in cluster mode but not joined (the
+	// last ones): AddMaster joins one as an empty master.
+	Spares int
+	added  []int // spares joined as masters
 }
 
 // StartRedisCluster starts masters masters and replicas replicas per
@@ -23,7 +27,14 @@ type RedisCluster struct {
 // fewer than three masters can be made too), and waits until every node
 // reports the cluster ok. It needs redis-server 7 or later.
 func StartRedisCluster(ctx context.Context, masters, replicas int) (*RedisCluster, error) {
-	n := masters * (1 + replicas)
+	return StartRedisClusterWithSpares(ctx, masters, replicas, 0)
+}
+
+// StartRedisClusterWithSpares is StartRedisCluster with spares more
+// nodes, in cluster mode but outside the cluster (nodes after the
+// replicas), for AddMaster.
+func StartRedisClusterWithSpares(ctx context.Context, masters, replicas, spares int) (*RedisCluster, error) {
+	n := masters*(1+replicas) + spares
 	p, err := StartProcesses(ctx, Options{Nodes: n, NodeArgs: func(int) []string {
 		// Without full coverage required, the masters that are up
 		// keep serving their slots while one is down: a lock's other
@@ -34,7 +45,7 @@ func StartRedisCluster(ctx context.Context, masters, replicas int) (*RedisCluste
 	if err != nil {
 		return nil, err
 	}
-	rc := &RedisCluster{Processes: p, Masters: masters, Replicas: replicas}
+	rc := &RedisCluster{Processes: p, Masters: masters, Replicas: replicas, Spares: spares}
 	if err := rc.build(ctx); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -44,7 +55,7 @@ func StartRedisCluster(ctx context.Context, masters, replicas int) (*RedisCluste
 
 // build assigns the slots, joins the nodes and makes the replicas.
 func (rc *RedisCluster) build(ctx context.Context) error {
-	n := rc.Size()
+	n := rc.Size() - rc.Spares
 	ids := make([]string, n)
 	for i := range n {
 		a := rc.Admin(i)
@@ -116,6 +127,57 @@ func (rc *RedisCluster) replicate(ctx context.Context, i int, id string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// AddMaster joins spare node i (see StartRedisClusterWithSpares) to the
+// cluster as a master without slots, as adding a node does (CLUSTER
+// MEET), and waits until every master knows it and it reports the
+// cluster ok. MoveSlot can then give it slots.
+func (rc *RedisCluster) AddMaster(ctx context.Context, i int) error {
+	if i < rc.Size()-rc.Spares || i >= rc.Size() {
+		return fmt.Errorf("cluster: node %d is no spare", i)
+	}
+	a := rc.Admin(i)
+	id, err := myID(ctx, a)
+	if err == nil {
+		_, err = a.Command(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1)
+	}
+	if err == nil {
+		_, port, _ := splitPort(rc.Upstream(0))
+		_, err = a.Command(ctx, "CLUSTER", "MEET", "127.0.0.1", port)
+	}
+	a.Close()
+	if err != nil {
+		return fmt.Errorf("cluster: add node %s: %w", rc.Upstream(i), err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range rc.masters() {
+		b := rc.Admin(m)
+		for {
+			v, err := b.Command(ctx, "CLUSTER", "NODES")
+			if s, _ := v.([]byte); err == nil && strings.Contains(string(s), id) {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Close()
+				return fmt.Errorf("cluster: node %s does not know the added node", rc.Upstream(m))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		b.Close()
+	}
+	rc.added = append(rc.added, i)
+	return rc.WaitOK(ctx, i)
+}
+
+// masters returns the indexes of the cluster's masters as built, and of
+// those AddMaster added.
+func (rc *RedisCluster) masters() []int {
+	out := make([]int, 0, rc.Masters+len(rc.added))
+	for i := range rc.Masters {
+		out = append(out, i)
+	}
+	return append(out, rc.added...)
 }
 
 // Slots is the number of hash slots of a Redis Cluster.
@@ -220,7 +282,7 @@ func (rc *RedisCluster) FinishMoveSlot(ctx context.Context, slot, from, to int) 
 	if err != nil {
 		return err
 	}
-	for i := range rc.Masters {
+	for _, i := range rc.masters() {
 		a := rc.Admin(i)
 		_, err := a.Command(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
 		a.Close()
