@@ -320,16 +320,7 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 			out.trail[i] = &l.ch.tail[i]
 		}
 	}
-	for _, rep := range reps {
-		// Refusals report the key's counter; where this attempt set
-		// the key (rolled back now), it raised the counter itself.
-		if rep.Err == nil && rep.Result.Status != node.Unknown {
-			out.counter = max(out.counter, rep.Result.Fence)
-			if f := l.k.GrantFence; f > 0 && rep.Result.Fence >= f {
-				out.passed++
-			}
-		}
-	}
+	out.counter, out.passed = counters(reps, l.k.GrantFence)
 	if wait {
 		out.ticket, out.queued, out.split = tickets(reps, c.quorum)
 		out.started = r.Started()
@@ -339,6 +330,22 @@ func (c *Client) refused(ctx context.Context, l *Lock, r *round, cfg *config, wa
 		out.sent = &inflight{ch: &l.ch, acq: r.next, rb: l.ch.tail, requeues: requeue != 0}
 	}
 	return out
+}
+
+// counters reads a fenced attempt's replies: the largest fence counter
+// they report (refusals report the key's counter; where the attempt set
+// the key, rolled back now, it raised the counter itself), and how many
+// had reached the fence the attempt proposed (0: none proposed).
+func counters(reps []quorum.Reply, proposed int64) (top int64, passed int) {
+	for _, rep := range reps {
+		if rep.Err == nil && rep.Result.Status != node.Unknown {
+			top = max(top, rep.Result.Fence)
+			if proposed > 0 && rep.Result.Fence >= proposed {
+				passed++
+			}
+		}
+	}
+	return top, passed
 }
 
 // confirm is a fenced acquire's second round, after a majority granted in
