@@ -48,8 +48,9 @@ end
 -- tostring of a double above 10^14 would not); nil for a malformed one.
 local function queue_entry(e)
   e = e or ""
-  local head, text = string.match(e, "^([^\n]*)\n(.*)$")
-  if head then
+  local nl = string.find(e, "\n", 1, true) -- only a fenced grant's entry has one
+  if nl then
+    local head, text = string.sub(e, 1, nl - 1), string.sub(e, nl + 1)
     local tk, lease, gttl, f, ct, rt, t, g = string.match(head, "^(%d+):(%d+)::(%d+),(%d+),(%d+),(%d+):([^:]+):(.+)$")
     if not tk then
       return nil
