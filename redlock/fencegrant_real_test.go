@@ -60,6 +60,20 @@ func noKeysLeftBut(t *testing.T, admins []*redistest.Admin, key, counter string)
 	noKeysLeft(t, admins, key)
 }
 
+// holderAndWaiter dials two clients of urls with a minute's TTL: a
+// holder, and a waiter whose retry delay is an hour, so that only the
+// nodes' wake-ups serve it. Both are closed at the end of the test.
+func holderAndWaiter(t *testing.T, urls []string, a, b []redlock.Option) (*redlock.Client, *redlock.Client) {
+	t.Helper()
+	ca, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithTTL(time.Minute)}, a...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ca.Close() })
+	cb, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithTTL(time.Minute), redlock.WithRetry(redlock.LinearBackoff(time.Hour))}, b...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cb.Close() })
+	return ca, cb
+}
+
 // settled waits until every node holds key and its counter has reached
 // fence (a holder's acquires and confirms have all run: a node whose
 // acquire answered after the majority's has a later counter), and
@@ -100,13 +114,8 @@ func TestRealFencedWaiterIsGrantedItsFence(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
 	var recA, recB recorder
-	a, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithFencing(), redlock.WithHooks(recA.hooks()))
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithFencing(), redlock.WithHooks(recB.hooks()),
-		redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
-	require.NoError(t, err)
-	defer b.Close()
+	a, b := holderAndWaiter(t, urls, []redlock.Option{redlock.WithFencing(), redlock.WithHooks(recA.hooks())},
+		[]redlock.Option{redlock.WithFencing(), redlock.WithHooks(recB.hooks())})
 
 	held, err := a.TryLock(ctx, "k")
 	require.NoError(t, err)
@@ -162,12 +171,7 @@ func TestRealFencedWaiterIsGrantedItsFence(t *testing.T) {
 func TestRealFencedGrantWhereCountersPassedTheProposal(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	a, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithFencing())
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithFencing(), redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
-	require.NoError(t, err)
-	defer b.Close()
+	a, b := holderAndWaiter(t, urls, []redlock.Option{redlock.WithFencing()}, []redlock.Option{redlock.WithFencing()})
 
 	held, err := a.TryLock(ctx, "k")
 	require.NoError(t, err)
@@ -205,12 +209,7 @@ func TestRealResignHandsOverByGrant(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
 	var rec recorder
-	a, err := redlock.Dial(urls, redlock.WithTTL(time.Minute))
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithHooks(rec.hooks()), redlock.WithRetry(redlock.LinearBackoff(time.Hour)))
-	require.NoError(t, err)
-	defer b.Close()
+	a, b := holderAndWaiter(t, urls, nil, []redlock.Option{redlock.WithHooks(rec.hooks())})
 	ea, err := a.Election("e")
 	require.NoError(t, err)
 	eb, err := b.Election("e")

@@ -78,9 +78,9 @@ if tag == "" then
 elseif mine then
   -- Reserved for the caller, or granted to it: take it and leave the
   -- queue, as acquire.lua (the counter of tickets reaches the caller's).
-  local mine = tonumber(ARGV[6]) or 0
-  if mine > 0 and (tonumber(redis.pcall("HGET", KEYS[3], "#")) or 0) < mine then
-    redis.pcall("HSET", KEYS[3], "#", mine)
+  local ticket = tonumber(ARGV[6]) or 0
+  if ticket > 0 and (tonumber(redis.pcall("HGET", KEYS[3], "#")) or 0) < ticket then
+    redis.pcall("HSET", KEYS[3], "#", ticket)
   end
   redis.pcall("HDEL", KEYS[3], tag)
   if redis.pcall("HLEN", KEYS[3]) == 1 then
