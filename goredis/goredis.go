@@ -232,15 +232,7 @@ func (n *redisNode) String() string { return "goredis node " + n.addr }
 // keeps one path: go-redis' own retries and the token guard of run are
 // written for n.sc.)
 func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration, holderTTL bool) (node.Result, error) {
-	owner := "" // only a waiting attempt registers (node.Handoffer)
-	if holderTTL {
-		owner = k.Owner
-	}
-	args := []any{k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket}
-	if holderTTL && k.Grant != "" && !n.resends {
-		args = append(args, k.Grant, node.GrantTTL(ttl).Milliseconds())
-	}
-	reply, err := n.run(ctx, "acquire", n.sc.acquire, []string{k.Name, k.Waiters()}, args...)
+	reply, err := n.run(ctx, "acquire", n.sc.acquire, []string{k.Name, k.Waiters()}, n.argv().Acquire(nil, k, ttl, holderTTL)...)
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -251,7 +243,7 @@ func (n *redisNode) Acquire(ctx context.Context, k *node.Key, ttl time.Duration,
 // Extend runs extend.lua: the key lives at least ttl more if it still
 // holds the token, never less than it had.
 func (n *redisNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
-	return n.status(ctx, "extend", n.sc.extend, []string{k.Name}, k.Token, ttl.Milliseconds())
+	return n.status(ctx, "extend", n.sc.extend, []string{k.Name}, n.argv().Extend(nil, k, ttl)...)
 }
 
 // Release runs release.lua, which hands the key on to the head of its
@@ -259,54 +251,22 @@ func (n *redisNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) 
 // head's channel, or on node.ReleaseChannel(k.Name) with no head to hand
 // on to) and deletes it unannounced where no one is.
 func (n *redisNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
-	flag := announceNo
-	if announce {
-		flag = announceYes
-	}
 	keys := []string{k.Name, k.Waiters()}
 	if k.Record {
 		keys = append(keys, node.AnnounceKey(k.Name))
 	}
-	if k.Requeue && !announce && k.Ticket > 0 {
-		grant := k.Grant // asked for again, as Acquire asks for it
-		if n.resends {
-			grant = ""
-		}
-		return n.status(ctx, "release", n.sc.release, keys, k.Token, flag, k.Owner,
-			k.Ticket, node.WaiterLease.Milliseconds(), grant, tomb(k))
-	}
-	if k.Tomb > 0 {
-		return n.status(ctx, "release", n.sc.release, keys, k.Token, flag, k.Owner,
-			0, 0, "", tomb(k))
-	}
-	return n.status(ctx, "release", n.sc.release, keys, k.Token, flag, k.Owner)
+	return n.status(ctx, "release", n.sc.release, keys, n.argv().Release(nil, k, announce)...)
 }
 
-// tomb is release.lua's ARGV[7]: k.Tomb in milliseconds, at least 1
-// where it is set, 0 for none (see node.TombKey).
-func tomb(k *node.Key) int64 {
-	if k.Tomb <= 0 {
-		return 0
-	}
-	return max(k.Tomb.Milliseconds(), 1)
-}
-
-// The values of release.lua's ARGV[2], boxed once.
-var announceYes, announceNo any = "1", "0"
+// argv builds the scripts' arguments: no grant is asked for where
+// go-redis may send a script again (see redisNode.resends).
+func (n *redisNode) argv() node.Argv { return node.Argv{NoGrants: n.resends} }
 
 // AcquireFenced runs acquire_fenced.lua: Acquire that, when it sets the
 // key, raises the key's fence counter in the same step (see node.Fencer).
 func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counterTTL time.Duration) (node.Result, error) {
-	if n.resends && k.Grant != "" {
-		// No grant where go-redis may send the script again, as
-		// Acquire: a first copy that ran after the grant would take
-		// the key the client counts as granted.
-		kk := *k
-		kk.Grant, kk.GrantFence, kk.GrantRecord = "", 0, ""
-		k = &kk
-	}
 	reply, err := n.run(ctx, "acquire", n.sc.acquireFenced, []string{k.Name, node.FenceKey(k.Name), k.Waiters()},
-		node.AcquireFencedArgs(k, ttl, counterTTL)...)
+		n.argv().AcquireFenced(nil, k, ttl, counterTTL)...)
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -317,32 +277,27 @@ func (n *redisNode) AcquireFenced(ctx context.Context, k *node.Key, ttl, counter
 // ConfirmFence runs confirm_fence.lua (see node.Fencer).
 func (n *redisNode) ConfirmFence(ctx context.Context, k *node.Key, fence int64, counterTTL time.Duration) (node.Result, error) {
 	return n.status(ctx, "confirm", n.sc.confirmFence, []string{k.Name, node.FenceKey(k.Name)},
-		k.Token, fence, counterTTL.Milliseconds())
+		n.argv().ConfirmFence(nil, k, fence, counterTTL, "", 0)...)
 }
 
 // Transfer runs transfer.lua (see node.Handoffer).
 func (n *redisNode) Transfer(ctx context.Context, from, to *node.Key, ttl time.Duration) (node.Result, error) {
 	return n.status(ctx, "transfer", n.sc.transfer, []string{from.Name, from.Waiters()},
-		from.Token, to.Token, ttl.Milliseconds(), from.Owner)
+		n.argv().Transfer(nil, from, to, ttl)...)
 }
 
 // Leave runs leave.lua: k.Owner out of the key's queue, and a key
 // reserved or granted to it (k.Grant) on to the next head (see
 // node.Handoffer).
 func (n *redisNode) Leave(ctx context.Context, k *node.Key) error {
-	_, err := n.run(ctx, "leave", n.sc.leave, []string{k.Name, k.Waiters()}, k.Owner, k.Grant)
+	_, err := n.run(ctx, "leave", n.sc.leave, []string{k.Name, k.Waiters()}, n.argv().Leave(nil, k)...)
 	return err
 }
 
 // AcquireShared runs acquire_shared.lua (see node.Sharer).
 func (n *redisNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Duration, wait bool) (node.Result, error) {
-	owner := ""
-	if wait {
-		owner = k.Owner
-	}
 	reply, err := n.run(ctx, "acquire", n.sc.acquireShared,
-		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)},
-		k.Token, ttl.Milliseconds(), owner, node.WaiterLease.Milliseconds(), k.Ticket)
+		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, n.argv().AcquireShared(nil, k, ttl, wait)...)
 	if err != nil {
 		return node.Result{}, err
 	}
@@ -352,17 +307,13 @@ func (n *redisNode) AcquireShared(ctx context.Context, k *node.Key, ttl time.Dur
 
 // ExtendShared runs extend_shared.lua (see node.Sharer).
 func (n *redisNode) ExtendShared(ctx context.Context, k *node.Key, ttl time.Duration) (node.Result, error) {
-	return n.status(ctx, "extend", n.sc.extendShared, []string{k.Name, node.ReadersKey(k.Name)}, k.Token, ttl.Milliseconds())
+	return n.status(ctx, "extend", n.sc.extendShared, []string{k.Name, node.ReadersKey(k.Name)}, n.argv().Extend(nil, k, ttl)...)
 }
 
 // ReleaseShared runs release_shared.lua (see node.Sharer).
 func (n *redisNode) ReleaseShared(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
-	flag := announceNo
-	if announce {
-		flag = announceYes
-	}
 	return n.status(ctx, "release", n.sc.releaseShared,
-		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, k.Token, flag, tomb(k))
+		[]string{k.Name, k.Waiters(), node.ReadersKey(k.Name)}, n.argv().ReleaseShared(nil, k, announce)...)
 }
 
 // Inspect runs inspect.lua: the key's token, PTTL and readers in one
@@ -382,7 +333,7 @@ func (n *redisNode) Announce(ctx context.Context, k *node.Key, text string, ttl 
 		return node.Result{}, n.fail("announce", errEmptyText)
 	}
 	return n.status(ctx, "announce", n.sc.announce, []string{k.Name, node.AnnounceKey(k.Name)},
-		k.Token, text, max(ttl.Milliseconds(), 1))
+		n.argv().Announce(nil, k, text, ttl)...)
 }
 
 // ConfirmAnnounce runs confirm_fence.lua with a record (see
@@ -392,7 +343,7 @@ func (n *redisNode) ConfirmAnnounce(ctx context.Context, k *node.Key, fence int6
 		return node.Result{}, n.fail("confirm", errEmptyText)
 	}
 	return n.status(ctx, "confirm", n.sc.confirmFence, []string{k.Name, node.FenceKey(k.Name), node.AnnounceKey(k.Name)},
-		k.Token, fence, counterTTL.Milliseconds(), text, max(ttl.Milliseconds(), 1))
+		n.argv().ConfirmFence(nil, k, fence, counterTTL, text, ttl)...)
 }
 
 // errEmptyText refuses an empty announcement: announce.lua reads "" as a

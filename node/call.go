@@ -14,19 +14,6 @@ import (
 // pooled one, within the call's deadline, by EVALSHA with EVAL on
 // NOSCRIPT; and how its failures are classified.
 
-// script runs s on k with arg and maps its reply (1, 0, -1) to a Status.
-// It is eval and ParseStatus in one frame: Release runs it on the path
-// every lock takes (see call).
-func (r *Redis) script(ctx context.Context, op string, s *script, k *Key, arg any) (Result, error) {
-	name, token := k.Boxed()
-	reply, err := r.call(ctx, op, s, "EVALSHA", []any{s.hash, 1, name, token, arg})
-	if err != nil {
-		return Result{}, err
-	}
-	res, err := ParseStatus(reply)
-	return res, r.fail(op, err)
-}
-
 // evalKeys runs s, a script of nkeys keys, by EVALSHA, and by EVAL (which
 // also loads it) after NOSCRIPT (a restart, SCRIPT FLUSH): args holds the
 // keys, then the script's arguments.

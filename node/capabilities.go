@@ -288,20 +288,6 @@ type Sharer interface {
 // covers the other) and outlives it (see Fencer).
 func FenceKey(key string) string { return key + ":fence" }
 
-// AcquireFencedArgs returns the ARGV of acquire_fenced.lua for k (see
-// Fencer.AcquireFenced), the same for every driver: its KEYS are k.Name,
-// FenceKey(k.Name) and k.Waiters(). A waiting attempt's grant (k.Owner
-// and k.Grant set) goes with its proposal, k.GrantFence: 0 for none,
-// which no node grants.
-func AcquireFencedArgs(k *Key, ttl, counterTTL time.Duration) []any {
-	args := make([]any, 6, 11)
-	args[0], args[1], args[2], args[3], args[4], args[5] = k.Token, ttl.Milliseconds(), counterTTL.Milliseconds(), WaiterLease.Milliseconds(), k.Owner, k.Ticket
-	if k.Owner != "" && k.Grant != "" {
-		args = append(args, k.Grant, GrantTTL(ttl).Milliseconds(), k.GrantFence, k.GrantRecord, ttl.Milliseconds())
-	}
-	return args
-}
-
 // Fencer is a Node that can hand out fencing tokens: numbers that grow
 // from one grant of a key to the next. It is optional; a client asked for
 // fenced locks requires it of every node.
@@ -332,7 +318,7 @@ type Fencer interface {
 	// as ConfirmAnnounce would), and reserves the key for it elsewhere.
 	// Without a proposal (k.GrantFence 0) the grant names the call (a
 	// Leave by call, see Handoffer) and is never given. Build the
-	// script's arguments with AcquireFencedArgs. One without
+	// script's arguments with Argv.AcquireFenced. One without
 	// an owner does not queue, and leaves nothing on the node where it
 	// is refused.
 	AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error)

@@ -44,15 +44,8 @@ func (r *Redis) Acquire(ctx context.Context, k *Key, ttl time.Duration, holderTT
 // acquireScript is Acquire by acquire.lua; wait registers k.Owner as a
 // waiter when the key is taken.
 func (r *Redis) acquireScript(ctx context.Context, k *Key, ttl time.Duration, wait bool) (Result, error) {
-	owner := ""
-	if wait {
-		owner = k.Owner
-	}
-	name, token := k.Boxed()
-	args := append(make([]any, 0, 11), r.sc.acquire.hash, 2, name, k.boxedWaiters(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket)
-	if wait && k.Grant != "" {
-		args = append(args, k.Grant, GrantTTL(ttl).Milliseconds())
-	}
+	name, _ := k.Boxed()
+	args := r.argv.Acquire(append(make([]any, 0, 11), r.sc.acquire.hash, 2, name, k.boxedWaiters()), k, ttl, wait)
 	reply, err := r.call(ctx, "acquire", r.sc.acquire, "EVALSHA", args)
 	if err != nil {
 		return Result{}, err
@@ -111,33 +104,25 @@ type boxedMS struct {
 
 // Extend runs extend.lua.
 func (r *Redis) Extend(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
-	return r.script(ctx, "extend", r.sc.extend, k, r.ms(ttl))
+	name, _ := k.Boxed()
+	reply, err := r.call(ctx, "extend", r.sc.extend, "EVALSHA", r.argv.Extend(append(make([]any, 0, 5), r.sc.extend.hash, 1, name), k, ttl))
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ParseStatus(reply)
+	return res, r.fail("extend", err)
 }
 
 // Release runs release.lua, which publishes the delete when announce is
 // set.
 func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, error) {
-	flag := announceNo
-	if announce {
-		flag = announceYes
-	}
-	name, token := k.Boxed()
+	name, _ := k.Boxed()
 	args := append(make([]any, 0, 12), r.sc.release.hash, 2, name, k.boxedWaiters())
 	if k.Record {
 		args[1] = 3
 		args = append(args, AnnounceKey(k.Name))
 	}
-	args = append(args, token, flag, r.owner(k.Owner))
-	switch {
-	case k.Requeue && !announce && k.Ticket > 0:
-		args = append(args, k.Ticket, waiterLeaseMS, k.Grant)
-	case k.Tomb > 0:
-		args = append(args, 0, 0, "") // no requeue: ARGV[7] comes next
-	}
-	if k.Tomb > 0 {
-		args = append(args, max(k.Tomb.Milliseconds(), 1))
-	}
-	reply, err := r.call(ctx, "release", r.sc.release, "EVALSHA", args)
+	reply, err := r.call(ctx, "release", r.sc.release, "EVALSHA", r.argv.Release(args, k, announce))
 	if err != nil {
 		return Result{}, err
 	}
@@ -145,14 +130,11 @@ func (r *Redis) Release(ctx context.Context, k *Key, announce bool) (Result, err
 	return res, r.fail("release", err)
 }
 
-// The boxed values of release.lua's ARGV[2].
-var announceYes, announceNo any = "1", "0"
-
 // AcquireFenced runs acquire_fenced.lua: acquire.lua plus, when the key
 // was set, the fence counter raised in the same step (see Fencer).
 func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.Duration) (Result, error) {
-	args := append(make([]any, 0, 16), k.Name, FenceKey(k.Name), k.Waiters())
-	reply, err := r.evalKeys(ctx, "acquire", r.sc.acquireFenced, 3, append(args, AcquireFencedArgs(k, ttl, counterTTL)...)...)
+	keys := append(make([]any, 0, 16), r.sc.acquireFenced.hash, 3, k.Name, FenceKey(k.Name), k.Waiters())
+	reply, err := r.call(ctx, "acquire", r.sc.acquireFenced, "EVALSHA", r.argv.AcquireFenced(keys, k, ttl, counterTTL))
 	if err != nil {
 		return Result{}, err
 	}
@@ -162,7 +144,8 @@ func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.
 
 // ConfirmFence runs confirm_fence.lua (see Fencer).
 func (r *Redis) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTTL time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "confirm", r.sc.confirmFence, 2, k.Name, FenceKey(k.Name), k.Token, fence, counterTTL.Milliseconds())
+	keys := []any{r.sc.confirmFence.hash, 2, k.Name, FenceKey(k.Name)}
+	reply, err := r.call(ctx, "confirm", r.sc.confirmFence, "EVALSHA", r.argv.ConfirmFence(keys, k, fence, counterTTL, "", 0))
 	if err != nil {
 		return Result{}, err
 	}
@@ -172,7 +155,9 @@ func (r *Redis) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTT
 
 // Transfer runs transfer.lua (see Handoffer).
 func (r *Redis) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) (Result, error) {
-	reply, err := r.evalKeys(ctx, "transfer", r.sc.transfer, 2, from.Name, from.Waiters(), from.Token, to.Token, ttl.Milliseconds(), from.Owner)
+	name, _ := from.Boxed()
+	keys := append(make([]any, 0, 8), r.sc.transfer.hash, 2, name, from.boxedWaiters())
+	reply, err := r.call(ctx, "transfer", r.sc.transfer, "EVALSHA", r.argv.Transfer(keys, from, to, ttl))
 	if err != nil {
 		return Result{}, err
 	}
@@ -182,7 +167,9 @@ func (r *Redis) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) 
 
 // Leave removes k.Owner from the key's waiters (see Handoffer).
 func (r *Redis) Leave(ctx context.Context, k *Key) error {
-	_, err := r.evalKeys(ctx, "leave", r.sc.leave, 2, k.Name, k.Waiters(), k.Owner, k.Grant)
+	name, _ := k.Boxed()
+	keys := append(make([]any, 0, 6), r.sc.leave.hash, 2, name, k.boxedWaiters())
+	_, err := r.call(ctx, "leave", r.sc.leave, "EVALSHA", r.argv.Leave(keys, k))
 	return err
 }
 
@@ -196,13 +183,9 @@ func (r *Redis) AcquireShared(ctx context.Context, k *Key, ttl time.Duration, wa
 			return res, err
 		}
 	}
-	owner := ""
-	if wait {
-		owner = k.Owner
-	}
-	name, token := k.Boxed()
-	reply, err := r.call(ctx, "acquire", r.sc.acquireShared, "EVALSHA",
-		[]any{r.sc.acquireShared.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, r.ms(ttl), owner, waiterLeaseMS, k.Ticket})
+	name, _ := k.Boxed()
+	keys := append(make([]any, 0, 10), r.sc.acquireShared.hash, 3, name, k.boxedWaiters(), k.boxedReaders())
+	reply, err := r.call(ctx, "acquire", r.sc.acquireShared, "EVALSHA", r.argv.AcquireShared(keys, k, ttl, wait))
 	if err != nil {
 		return Result{}, err
 	}
@@ -263,9 +246,9 @@ func (r *Redis) readersLikely(name string) bool {
 
 // ExtendShared runs extend_shared.lua (see Sharer).
 func (r *Redis) ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Result, error) {
-	name, token := k.Boxed()
-	reply, err := r.call(ctx, "extend", r.sc.extendShared, "EVALSHA",
-		[]any{r.sc.extendShared.hash, 2, name, k.boxedReaders(), token, r.ms(ttl)})
+	name, _ := k.Boxed()
+	keys := append(make([]any, 0, 6), r.sc.extendShared.hash, 2, name, k.boxedReaders())
+	reply, err := r.call(ctx, "extend", r.sc.extendShared, "EVALSHA", r.argv.Extend(keys, k, ttl))
 	if err != nil {
 		return Result{}, err
 	}
@@ -275,16 +258,9 @@ func (r *Redis) ExtendShared(ctx context.Context, k *Key, ttl time.Duration) (Re
 
 // ReleaseShared runs release_shared.lua (see Sharer).
 func (r *Redis) ReleaseShared(ctx context.Context, k *Key, announce bool) (Result, error) {
-	flag := announceNo
-	if announce {
-		flag = announceYes
-	}
-	name, token := k.Boxed()
-	args := append(make([]any, 0, 8), r.sc.releaseShared.hash, 3, name, k.boxedWaiters(), k.boxedReaders(), token, flag)
-	if k.Tomb > 0 {
-		args = append(args, max(k.Tomb.Milliseconds(), 1))
-	}
-	reply, err := r.call(ctx, "release", r.sc.releaseShared, "EVALSHA", args)
+	name, _ := k.Boxed()
+	keys := append(make([]any, 0, 8), r.sc.releaseShared.hash, 3, name, k.boxedWaiters(), k.boxedReaders())
+	reply, err := r.call(ctx, "release", r.sc.releaseShared, "EVALSHA", r.argv.ReleaseShared(keys, k, announce))
 	if err != nil {
 		return Result{}, err
 	}
@@ -307,7 +283,8 @@ func (r *Redis) Announce(ctx context.Context, k *Key, text string, ttl time.Dura
 	if text == "" {
 		return Result{}, r.fail("announce", errEmptyText)
 	}
-	reply, err := r.evalKeys(ctx, "announce", r.sc.announce, 2, k.Name, AnnounceKey(k.Name), k.Token, text, max(ttl.Milliseconds(), 1))
+	keys := []any{r.sc.announce.hash, 2, k.Name, AnnounceKey(k.Name)}
+	reply, err := r.call(ctx, "announce", r.sc.announce, "EVALSHA", r.argv.Announce(keys, k, text, ttl))
 	if err != nil {
 		return Result{}, err
 	}
@@ -320,8 +297,8 @@ func (r *Redis) ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counte
 	if text == "" {
 		return Result{}, r.fail("confirm", errEmptyText)
 	}
-	reply, err := r.evalKeys(ctx, "confirm", r.sc.confirmFence, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name),
-		k.Token, fence, counterTTL.Milliseconds(), text, max(ttl.Milliseconds(), 1))
+	keys := []any{r.sc.confirmFence.hash, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name)}
+	reply, err := r.call(ctx, "confirm", r.sc.confirmFence, "EVALSHA", r.argv.ConfirmFence(keys, k, fence, counterTTL, text, ttl))
 	if err != nil {
 		return Result{}, err
 	}

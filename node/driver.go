@@ -30,7 +30,8 @@ type Script struct {
 // header of its file in node/scripts (KEYS, ARGV and reply, in order),
 // summed up here; an ARGV marked optional may be left out at the end
 // (clients before it sent fewer). Keys is checked against the headers
-// by the package's tests; the Parse functions below read the replies.
+// by the package's tests; Argv builds each script's ARGV, the same for
+// every driver, and the Parse functions below read the replies.
 type Scripts struct {
 	// Acquire (acquire.lua): KEYS key, Key.Waiters(); ARGV token, ttl
 	// ms, owner ("": do not queue), WaiterLease ms, ticket, grant
@@ -54,7 +55,7 @@ type Scripts struct {
 	// owner ("": an attempt that does not queue), ticket; optional, a
 	// fenced grant: grant, GrantTTL ms, the proposed fence
 	// (Key.GrantFence), the record (Key.GrantRecord) and its TTL ms
-	// (build them with AcquireFencedArgs). Reply: ParseAcquire.
+	// (see Argv.AcquireFenced). Reply: ParseAcquire.
 	AcquireFenced Script
 	// ConfirmFence (confirm_fence.lua): KEYS key, FenceKey(key),
 	// AnnounceKey(key) (optional); ARGV token, fence, counter TTL ms,

@@ -130,8 +130,6 @@ var (
 
 	classicScripts = boxAll(luaScripts)
 	shardedScripts = boxAll(luaScripts.Sharded())
-
-	waiterLeaseMS = WaiterLease.Milliseconds()
 )
 
 // script is a Lua script's source and SHA1, boxed once for redigo's
@@ -184,6 +182,8 @@ type Redis struct {
 
 	sub *subscriber // the pub/sub connection for Watch
 	sc  *scriptSet  // classicScripts, or shardedScripts with sub sharded too
+
+	argv Argv // every script's ARGV, with the TTL and the tag boxed by ms and owner
 
 	// In a Redis Cluster (FollowSlot): ask returns the node an ASK reply
 	// names, where the command goes again (nil: ASK is not followed);
@@ -242,6 +242,7 @@ func Dial(rawURL string, opts Options) (*Redis, error) {
 func New(ep Endpoint, opts Options) *Redis {
 	opts = opts.withDefaults()
 	r := &Redis{ep: ep, addr: ep.Addr(), timeout: opts.Timeout, spares: make(chan spare, opts.MaxActive), sc: classicScripts}
+	r.argv = Argv{MS: r.ms, Tag: r.owner}
 	r.life, r.stop = context.WithCancel(context.Background())
 	dialOpts, netDial := dialOptions(ep, opts)
 	// The pub/sub connection: the same address, credentials and TLS, no
