@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +91,46 @@ func TestHandoffLeavesRoomForOtherClients(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, grants[4]*10, total, "the other client had at least a tenth of the grants: %v", grants)
 	t.Logf("grants per goroutine (4 = the other client): %v; %d transfer calls answered", grants, handed.Load())
+}
+
+// TestHandoffChainLetsAPollerIn: four goroutines of one client keep the
+// lock busy among themselves by handoff, while a second client only
+// polls with TryLock, which registers nowhere, so no node tells the
+// first client it is there. After at most 16 handoffs in a row
+// (maxChain) an Unlock releases instead, and the poller gets the lock
+// now and then; without the bound it never would.
+func TestHandoffChainLetsAPollerIn(t *testing.T) {
+	p := prefix(t, 3*time.Second)
+	key := p + "k"
+	busy := client(t)
+	poller := client(t)
+	var chk checker.Checker
+	var ctr checker.Counter
+	var polled atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	stop := time.Now().Add(3 * time.Second)
+	go func() {
+		defer wg.Done()
+		for time.Now().Before(stop) {
+			l, err := poller.TryLock(context.Background(), key)
+			if err != nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			polled.Add(1)
+			h := chk.Begin(4, l.Key(), l.Token(), time.Now(), l.Until())
+			ctr.Increment(2 * time.Millisecond)
+			h.End(time.Now())
+			assert.NoError(t, l.Unlock(context.Background()))
+		}
+	}()
+	scContend([]*redlock.Client{busy, busy, busy, busy}, 3*time.Second, key, &chk, &ctr)
+	wg.Wait()
+	require.Empty(t, chk.Overlaps(), chk.Report())
+	lost, value, want := ctr.Lost()
+	require.Zero(t, lost, "lost updates: counter %d, increments %d", value, want)
+	grants := chk.Grants()
+	assert.Positive(t, polled.Load(), "the poller got the lock between the busy client's handoffs: %v", grants)
+	t.Logf("grants per goroutine (4 = the poller): %v", grants)
 }
