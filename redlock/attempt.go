@@ -394,16 +394,9 @@ func (c *Client) confirm(ctx context.Context, l *Lock, r *round) *QuorumError {
 // waiting call's next attempt does not wait for them (see
 // Client.attempt).
 // After a failed acquire round, a silent node's release goes at once,
-// ahead of its reply (see round.ahead), unless the round was refused
-// with no node answering Done: then it goes once the reply is in, and
-// only where the reply is not a refusal (command.lazy).
+// ahead of its reply (see round.ahead).
 // requeue (0: none) is the ticket a waiting attempt's rollback queues the
-// client with again where it frees the key (node.Key.Requeue). A lazy
-// release that frees a straggler's key after the call has given up and
-// left the queue (Client.leaveWaiters) queues it there again, for a
-// lease at most, as a waiting acquire still on its way then does.
-// (Where the call's context ended before a majority answered, the round
-// is not refused, and the release goes ahead, before the leave.)
+// client with again where it frees the key (node.Key.Requeue).
 func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64) []int {
 	var granted []int
 	for i := range r.next {
@@ -411,8 +404,7 @@ func (c *Client) rollback(ctx context.Context, l *Lock, r *round, requeue int64)
 			granted = append(granted, i)
 		}
 	}
-	lazy := granted == nil && r.Count().Refused(c.quorum)
-	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, lazy: lazy, fenced: l.mode.fenced})
+	l.ch.send(ctx, command{op: "release", requeue: requeue, ttl: l.ttl, fenced: l.mode.fenced})
 	return granted
 }
 

@@ -291,17 +291,9 @@ func (r *round) late(i int, prev *step) (res node.Result, passes bool, err error
 // answer says whether it overtook the acquire (see early): release.lua
 // and release_shared.lua answer Done only where they found the token,
 // which only the acquire can have set. (After a reseed still on its way
-// a Done says nothing: the reseed may set the key again.) Not for a lazy
-// rollback (Client.rollback): where a majority refused and no node
-// answered Done, as when a waiter tries a key its holder has on every
-// node, the stragglers refuse too, almost always, and a release sent
-// ahead would be a wasted command and a wasted run of the script on the
-// slowest nodes. The release then goes as late sends it: once the
-// straggler's acquire has returned, unless it refused (passes); after a
-// SET that took effect, a round trip later than ahead, after one that
-// failed or timed out, up to a node timeout later.
+// a Done says nothing: the reseed may set the key again.)
 func (r *round) ahead() bool {
-	return r.cmd.op == "release" && r.afterAcquire && r.cmd.freed == nil && !r.cmd.lazy
+	return r.cmd.op == "release" && r.afterAcquire && r.cmd.freed == nil
 }
 
 // early is Call's release on node i when the lock's previous command

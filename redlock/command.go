@@ -22,7 +22,6 @@ type command struct {
 	fenced   bool          // acquire: raise the fence counter too (node.Fencer); release: a fenced call's requeue, which asks for no grant
 	announce bool          // release: tell waiters (Unlock, not a rollback)
 	wait     bool          // acquire: ask a Taken node for the holder's TTL
-	lazy     bool          // release: a rollback of an attempt refused by a majority with no node answering Done: it does not go ahead of a reply still on its way (see ahead)
 	from     *Lock         // transfer: the lock handed over, and
 	fromTail []step        // its last command on each node, which the transfer follows
 	freed    []bool        // release: nodes where a transfer already removed the key (nil: none)

@@ -294,13 +294,14 @@ func TestUnlockGoesAheadOfAStragglersReply(t *testing.T) {
 	}
 }
 
-// TestRollbackWaitsForStragglersWhereAllRefused: an attempt refused by
-// a majority, every answer a refusal, while two nodes' replies are on
-// their way. Their rollback waits for those replies (where the key is
-// held, as here, the stragglers refuse too) instead of sending a
-// release ahead that only finds another's key: no release at all where
-// they refused, and a release after the reply where one set the key.
-func TestRollbackWaitsForStragglersWhereAllRefused(t *testing.T) {
+// TestRollbackWhereAllRefusedFreesAStragglersKey: an attempt refused
+// by a majority, every answer a refusal, while two nodes' replies are on
+// their way, one of them a SET that took effect. The rollback frees that
+// node's key and leaves the holder's alone. (Until stop 64 such a
+// rollback waited for the stragglers' replies instead of going ahead; it
+// saved releases that found another's key, but no make bench scenario
+// moved by it: see docs/PERFORMANCE.md, "What each mechanism buys".)
+func TestRollbackWhereAllRefusedFreesAStragglersKey(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(epoch)
 	fakes := newFakes(5, clk)
@@ -313,23 +314,13 @@ func TestRollbackWaitsForStragglersWhereAllRefused(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.Eventually(t, func() bool { return fakes[3].count("acquire")+fakes[4].count("acquire") == 2 }, 5*time.Second, time.Millisecond,
 		"the stragglers' acquires run (their replies are held)")
-	require.Never(t, func() bool { return fakes[3].count("release")+fakes[4].count("release") > 0 }, 50*time.Millisecond, time.Millisecond,
-		"no release goes ahead of the stragglers' replies")
-	require.Eventually(t, func() bool { return fakes[4].token("k") != "" }, 5*time.Second, time.Millisecond,
-		"node 4's SET ran")
-
 	close(hold)
 	require.Eventually(t, func() bool { return fakes[4].token("k") == "" }, 5*time.Second, time.Millisecond,
-		"node 4's key, set by the straggler, is rolled back once its reply came")
+		"node 4's key, set by the straggler, is rolled back")
 	require.NoError(t, c.Close())
-	for i, f := range fakes {
-		want := 0
-		if i == 4 {
-			want = 1
-		}
-		assert.Equal(t, want, f.count("release"), "node %d: releases", i)
+	for i := range 4 {
+		assert.Equal(t, "other", fakes[i].token("k"), "node %d keeps the holder's key", i)
 	}
-	assert.Equal(t, "other", fakes[3].token("k"), "node 3 keeps the holder's key")
 }
 
 // TestRollbackGoesAheadWhenTheCallEndsFirst: the call's context ends
