@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,47 +240,6 @@ func TestQueueRebuildsAfterMajorityRestart(t *testing.T) {
 	}
 	wg.Wait()
 	require.Empty(t, chk.Overlaps(), chk.Report())
-}
-
-// TestKeyStaysHotWhileGrantsEndTheWaits: a client that waited for a key
-// queues from its first attempt on it for a few seconds (hotFor, 4 s)
-// after its last wait. A wait that a grant ends after that first attempt
-// counts as a wait too: a client that takes a key in turns by grant keeps
-// queueing at once, instead of spending a plain round every 4 s. Here
-// the third wait comes 5 s after the first and 2 s after the second;
-// taken by grant after one attempt, it shows the key was still hot.
-func TestKeyStaysHotWhileGrantsEndTheWaits(t *testing.T) {
-	p := prefix(t, 3*time.Second)
-	key := p + "k"
-	var attempts atomic.Int32
-	h := client(t)
-	w := client(t, redlock.WithHooks(redlock.Hooks{Acquire: func(i redlock.AcquireInfo) { attempts.Store(int32(i.Attempts)) }}))
-	ctx := context.Background()
-	turn := func() int32 {
-		hl, err := h.Lock(ctx, key)
-		require.NoError(t, err)
-		// h's Lock returns at a majority; w starts once all five SETs
-		// landed, or its first attempt may take a node from one and
-		// then (having set a key) not count grants.
-		require.Eventually(t, func() bool { return holdersOf(t, hl) == shared.Size() }, 5*time.Second, time.Millisecond)
-		got := make(chan error, 1)
-		go func() {
-			l, err := w.Lock(ctx, key)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(300 * time.Millisecond) // w's attempts are in and refused
-		require.NoError(t, hl.Unlock(ctx))
-		require.NoError(t, <-got)
-		return attempts.Load()
-	}
-	assert.Greater(t, turn(), int32(1), "a cold key: a plain first attempt, then a queued one")
-	time.Sleep(3 * time.Second)
-	assert.Equal(t, int32(1), turn(), "a hot key: the first attempt queues, a grant ends the wait")
-	time.Sleep(2 * time.Second)
-	assert.Equal(t, int32(1), turn(), "still hot: the grant-ended wait counted")
 }
 
 // TestNodeOutsideTheMajorityRejoins: one node has lost the holder's key

@@ -219,8 +219,6 @@ type waiter struct {
 	key    string
 	queued bool      // Lock: the call heads key's local queue, and queues on the nodes
 	giveUp time.Time // WithMaxWait's limit, on the client's clock; zero: none
-	hot    bool      // the key was contended lately: subscribe and queue from the first attempt
-	began  bool      // hot is set (at the first try, once the call's turn came)
 
 	made       int      // attempts made
 	out        *outcome // the last failed attempt's
@@ -256,15 +254,10 @@ func (wt *waiter) turn() (local, key string, giveUp time.Time) {
 
 // try makes the call's next attempt: once no lock of this client holds
 // the key or hands it over (awaitHandoff), prepared (prepare), then
-// taken in by failed. A key this client had to wait for lately is
-// likely held again: a Lock call then subscribes first and queues from
-// its first attempt (see Client.contended) instead of spending a round
-// on a plain SET to learn that.
+// taken in by failed. The first attempt is a plain SET per node; every
+// later one waits (queues, and asks the holder's TTL).
 func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 	c := wt.c
-	if !wt.began {
-		wt.began, wt.hot = true, wt.queued && c.contended(wt.key)
-	}
 	for {
 		g, waited, err := wt.awaitHandoff(ctx, cfg)
 		if !waited {
@@ -280,7 +273,7 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 		return nil, true, err
 	}
 	p := asks{ticket: wt.ticket, grant: wt.grant, fence: wt.propose}
-	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1 || wt.hot, p, tok, &wt.rolling)
+	l, out, err := c.attempt(ctx, wt.key, cfg, n > 1, p, tok, &wt.rolling)
 	wt.proposed = p.fence // the fence of a grant this attempt's registration gets
 	wt.made = n
 	switch {
@@ -302,8 +295,8 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 // node's counter had started over) queues again at once with the
 // largest, so that every node orders the waiters alike; so does a
 // fenced call that has learnt a fence to propose since it registered
-// without one (a hot key's first attempt queues before it knows the
-// counters), or whose proposal a majority's counters have reached (no
+// without one (its first attempt's replies showed no counter), or whose
+// proposal a majority's counters have reached (no
 // majority could grant it), so that the release it waits for grants
 // it. (Counters pass a proposal only as other holders take the key.)
 func (wt *waiter) backoff(_ context.Context, cfg *config) (time.Duration, bool, error) {
@@ -327,8 +320,7 @@ func (wt *waiter) backoff(_ context.Context, cfg *config) (time.Duration, bool, 
 
 // subscribe, after the first failed attempt, readies the call's offer
 // for a handoff (Lock) and subscribes to the key's releases (those that
-// reserve or grant it to this call included, see watchWaiting), unless
-// a hot key's call did before its first attempt.
+// reserve or grant it to this call included, see watchWaiting).
 func (wt *waiter) subscribe(ctx context.Context, cfg *config, d time.Duration) (bool, error) {
 	c := wt.c
 	if wt.subscribed {
@@ -337,9 +329,6 @@ func (wt *waiter) subscribe(ctx context.Context, cfg *config, d time.Duration) (
 	wt.subscribed = true
 	if wt.queued && wt.o == nil {
 		wt.o = c.offer(wt.key, cfg)
-	}
-	if wt.w != nil {
-		return false, nil
 	}
 	if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, wt.queued); wt.w == nil {
 		return false, nil
@@ -409,12 +398,6 @@ func (wt *waiter) end(l *Lock) *Lock {
 		// (None when a local holder handed the key over before
 		// this call made a waiting attempt.)
 		c.leaveWaiters(wt.reg, l, wt.sent, wt.requeue)
-	}
-	if wt.refused && wt.queued {
-		// Also when a grant or a handoff ended the wait after the
-		// first attempt (attempt is 1 then): a key whose holders
-		// hand it on by grant stays hot.
-		c.waited(wt.key)
 	}
 	return l
 }

@@ -34,8 +34,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 	if rolling != nil {
 		behind = onKey(*rolling, key)
 	}
-	// A waiting call's plain attempt (its first: a Lock's on a key not
-	// known to be hot, a semaphore's) does not wait out slow nodes once
+	// A waiting call's plain attempt (its first: a Lock's, a
+	// semaphore's) does not wait out slow nodes once
 	// one refused (see await); readers queue from their first attempt.
 	impatient := rolling != nil && !wait && !cfg.shared
 	l, out := c.try(ctx, key, cfg, wait, impatient, p, token, behind)

@@ -219,7 +219,7 @@ func newClient(nodes []node.Node, cfg config, by origin) (*Client, error) {
 		caps:   capabilities{owned: by != byNew, noFence: noFence},
 		health: health{breakers: newNodeBreakers(cfg.breaker, n, cfg.timeout())},
 		life:   lifecycle{done: make(chan struct{})},
-		lq:     local{queues: map[string]*turnstile{}, hot: map[string]time.Time{}, freed: map[string]string{}, held: map[string][]*Lock{}},
+		lq:     local{queues: map[string]*turnstile{}, freed: map[string]string{}, held: map[string][]*Lock{}},
 		reg:    registry{live: map[*node.Key]bool{}, leaving: map[string]chan struct{}{}, touched: map[string]touched{}, byGrant: map[*Lock]bool{}},
 		fin:    finishers{per: make([]finisher, n)}}
 	c.health.lates = make([]node.LateAnswerer, n)

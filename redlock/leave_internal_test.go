@@ -234,13 +234,13 @@ func (n *fullNode) take() []bool {
 	return w
 }
 
-// TestSemaphoreQueuesFromItsFirstRoundWhenHot: an Acquire's first round
-// tries the slots without queueing, and joins the line from its second;
-// on a semaphore the client found full lately, its first round queues
-// already, as a Lock's first attempt on a hot key does (stop 52's
-// torture: TryAcquire calls took slots freed while a waiter's rounds
-// were still plain).
-func TestSemaphoreQueuesFromItsFirstRoundWhenHot(t *testing.T) {
+// TestSemaphoreQueuesFromItsFirstRefusal: an Acquire's first attempt
+// tries a slot without queueing; the attempts after the first refusal
+// queue, in that round too, and so does the next Acquire's after its
+// own first refusal, on a semaphore just found full too (until stop 64
+// that one queued from its first attempt: issue 44's table found no
+// gain).
+func TestSemaphoreQueuesFromItsFirstRefusal(t *testing.T) {
 	n := &fullNode{}
 	c, err := New([]node.Node{n}, WithNodeTimeout(time.Second), WithRetry(LinearBackoff(time.Millisecond)))
 	require.NoError(t, err)
@@ -258,5 +258,5 @@ func TestSemaphoreQueuesFromItsFirstRoundWhenHot(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	again := n.take()
 	require.GreaterOrEqual(t, len(again), 2)
-	assert.Equal(t, []bool{true, true}, again[:2], "on a semaphore found full lately, the first round queues")
+	assert.Equal(t, []bool{false, true}, again[:2], "on a semaphore found full lately, the same")
 }

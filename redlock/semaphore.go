@@ -173,8 +173,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // reserves its slot for the client at the head of the line that has no
 // slot reserved yet, and wakes only that client (docs/DESIGN.md,
 // "Semaphores"). A client joins the line from the attempt after the
-// first that found its slot held, or from its first attempt on a
-// semaphore it found full within the last 4 s.
+// first that found its slot held.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
 	c := s.c
 	cfg, err := c.lockConfig(s.name, opts)
@@ -286,7 +285,7 @@ func (c *Client) holding(local string, l *Lock) {
 	}
 	c.lq.mu.Lock()
 	defer c.lq.mu.Unlock()
-	if _, ok := c.lq.held[local]; !ok && len(c.lq.held) >= maxHot {
+	if _, ok := c.lq.held[local]; !ok && len(c.lq.held) >= maxRemembered {
 		c.lq.held = prune(c.lq.held)
 	}
 	if !slices.Contains(c.lq.held[local], l) {
@@ -334,11 +333,11 @@ func stillHeld(ls []*Lock) []*Lock {
 
 // freedSlot records that an Unlock of this client released slot, of the
 // semaphore whose local queue is local, on a majority (see
-// Semaphore.first). With maxHot semaphores remembered it forgets them.
+// Semaphore.first). With maxRemembered semaphores remembered it forgets them.
 func (c *Client) freedSlot(local, slot string) {
 	c.lq.mu.Lock()
 	defer c.lq.mu.Unlock()
-	if _, ok := c.lq.freed[local]; !ok && len(c.lq.freed) >= maxHot {
+	if _, ok := c.lq.freed[local]; !ok && len(c.lq.freed) >= maxRemembered {
 		clear(c.lq.freed)
 	}
 	c.lq.freed[local] = slot

@@ -109,19 +109,12 @@ func (sw *semWait) begin(cfg *config) {
 	sw.o = c.offer(s.local, cfg)
 	sw.wait = !sw.inherit()
 	if sw.p == nil && c.caps.handoff {
-		// A semaphore this client had to wait for lately is likely
-		// full again: its first round queues in the line, as a Lock
-		// call's first attempt on a hot key does (Client.contended),
-		// so that a release reserves a slot for it rather than
-		// freeing one that any TryAcquire takes first (a torture
-		// trace, stop 52: four of six overtakes of a waiter were
-		// TryAcquire calls). Otherwise its first attempt is a plain
-		// SET, and the round queues from the attempt after the
-		// first refusal (place.later): a round over held slots whose
-		// replies are slow took up to a node timeout per slot, and
-		// callers that came later took the slots released meanwhile
-		// (a torture trace, stop 56).
-		sw.p = &place{later: !c.contended(s.local)}
+		// The first attempt is a plain SET, and the round queues
+		// from the attempt after the first refusal (place.later): a
+		// round over held slots whose replies are slow took up to a
+		// node timeout per slot, and callers that came later took
+		// the slots released meanwhile (a torture trace, stop 56).
+		sw.p = &place{later: true}
 	}
 }
 
@@ -246,8 +239,7 @@ func (sw *semWait) tryRound(ctx context.Context, cfg *config) (l *Lock, poked, d
 	if sw.p == nil {
 		sw.p = &place{}
 	}
-	sw.p.later = false        // every slot is held: the next rounds queue
-	sw.s.c.waited(sw.s.local) // and the next Acquire's first
+	sw.p.later = false // every slot is held: the next rounds queue
 	return nil, poked, false, nil
 }
 
@@ -351,7 +343,7 @@ func (sw *semWait) end(l *Lock) *Lock {
 // place is a waiting Acquire's place in the nodes' queue of a semaphore
 // (Semaphore.queue).
 type place struct {
-	later  bool  // plain attempts until one is refused: the call's first round on a semaphore not known to be full
+	later  bool  // plain attempts until one is refused: the call's first round
 	ticket int64 // the largest ticket a node gave it; 0 before the first
 	queued bool  // its last refused attempt was queued on a majority
 	tried  bool  // it has made a waiting attempt: it may be registered

@@ -26,7 +26,6 @@ func WithNotifications(on bool) Option {
 type local struct {
 	mu     sync.Mutex
 	queues map[string]*turnstile // per key (or a semaphore's queue, Lock.queue): the calls waiting for it
-	hot    map[string]time.Time  // when a Lock call on the key last had to wait (see hotFor)
 	freed  map[string]string     // per semaphore (Semaphore.local): the slot this client released last, not tried since (Semaphore.first)
 	held   map[string][]*Lock    // per semaphore (Semaphore.local): the permits its Acquire and TryAcquire calls returned, until found unlocked or run out (holdsPermit)
 }
@@ -50,47 +49,9 @@ type turnstile struct {
 	unplace func()           // what leaves it, should no waiter take it over
 }
 
-// hotFor is how long after a Lock call on a key had to wait this client
-// counts the key as contended: its next Lock call on the key subscribes
-// to the key's releases first and queues on the nodes from its first
-// attempt, one round earlier than on a key it found free (a writer
-// queued sooner stops new readers sooner, and each turn among waiting
-// clients costs one round less). A little shorter than the nodes'
-// subscription linger (node/pubsub.go), so that the subscription is
-// usually still there and ready at once.
-const hotFor = 4 * time.Second
-
-// maxHot bounds how many keys a client remembers as contended.
-const maxHot = 64
-
-// contended reports whether a Lock call of this client on key had to
-// wait within hotFor.
-func (c *Client) contended(key string) bool {
-	c.lq.mu.Lock()
-	t, ok := c.lq.hot[key]
-	c.lq.mu.Unlock()
-	return ok && c.clk.Since(t) < hotFor
-}
-
-// waited records that a Lock call on key had to wait. With maxHot keys
-// remembered, all of them within hotFor, it forgets nothing and does not
-// remember key.
-func (c *Client) waited(key string) {
-	now := c.clk.Now()
-	c.lq.mu.Lock()
-	defer c.lq.mu.Unlock()
-	if _, ok := c.lq.hot[key]; !ok && len(c.lq.hot) >= maxHot {
-		for k, t := range c.lq.hot {
-			if now.Sub(t) >= hotFor {
-				delete(c.lq.hot, k)
-			}
-		}
-		if len(c.lq.hot) >= maxHot {
-			return
-		}
-	}
-	c.lq.hot[key] = now
-}
+// maxRemembered bounds how many semaphores a client remembers (the
+// slot it freed last, the permits it holds).
+const maxRemembered = 64
 
 // join queues a Lock call for key and returns its turn: nil when it is
 // the head already, otherwise a channel closed when it becomes the head.

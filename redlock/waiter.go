@@ -47,35 +47,23 @@ func (wt *waiter) awaitHandoff(ctx context.Context, cfg *config) (g *Lock, waite
 
 // prepare readies attempt number attempt and returns its token: fresh
 // per attempt, not just per Lock call, so that a late rollback of a
-// failed attempt can never delete the keys of a later one. A hot key's
-// call subscribes before its first attempt; the first waiting attempt
-// registers the call, once the Leaves of the client's call before it
-// have returned. Only an attempt after a failed one asks the nodes for
-// the holder's TTL (by script): the first attempt of a Lock or RLock
-// call stays one plain SET per node (as TryLock's only one, tryOnce),
-// unless the key is hot.
+// failed attempt can never delete the keys of a later one. The first
+// waiting attempt registers the call, once the Leaves of the client's
+// call before it have returned. Only an attempt after a failed one asks
+// the nodes for the holder's TTL (by script): the first attempt of a
+// Lock or RLock call stays one plain SET per node (as TryLock's only
+// one, tryOnce).
 func (wt *waiter) prepare(ctx context.Context, cfg *config, attempt int) (string, error) {
 	c := wt.c
-	if wt.hot && wt.w == nil && attempt == 1 {
-		// Subscribed before the first attempt, which queues; only
-		// when this call tries the nodes (not while a lock of this
-		// client will hand the key over).
-		if wt.w, wt.grant = c.watchWaiting(wt.key, cfg, true); wt.w != nil {
-			// Not a wait between attempts: the retry strategy is
-			// not asked (it sees each wait once, numbered from 1).
-			// A subscription confirms in a round trip.
-			_ = wt.w.ready(ctx, c, cfg.timeout()) // an ended ctx or Close ends the attempt
-		}
-	}
 	tok := newToken()
 	if wt.grant != "" {
 		wt.w.expect(c, node.GrantMessage(wt.grant, tok))
 	}
 	wt.w.forget(nil)
-	if cfg.shared && cfg.reader == "" && (attempt > 1 || wt.hot) {
+	if cfg.shared && cfg.reader == "" && attempt > 1 {
 		cfg.reader = c.readerCall() // its place on the nodes, for the whole call
 	}
-	if wt.reg == nil && (attempt > 1 || wt.hot) {
+	if wt.reg == nil && attempt > 1 {
 		reg, err := c.registerAfterLeaves(ctx, wt.key, wt.grant, cfg.owner(c))
 		switch {
 		case err == ErrClosed:
