@@ -17,54 +17,52 @@
 -- An entry that asks for another grant is the client's next call's,
 -- registered before this Leave came (a Leave may run late): it stays,
 -- and so does a key reserved for the client, which that call takes.
-if ARGV[2] == "*" then
-  -- node.LeaveAll: the client leaves for good; its entry goes whatever
-  -- grant it asks, and a key reserved for it or granted to any of its
-  -- calls ("~" .. tag .. ":" .. id, node.GrantValue) is handed on. A
-  -- client's readers' tag ("r" .. tag) takes out each of its reader
-  -- calls' entries ("r" .. tag .. ":" .. call, see shared.lua).
-  pcall(queue_drop, KEYS[2], ARGV[1])
-  if string.sub(ARGV[1], 1, 1) == "r" then
-    pcall(function()
-      local p = ARGV[1] .. ":"
-      for _, f in ipairs(redis.call("HKEYS", KEYS[2])) do
-        if string.sub(f, 1, #p) == p then
-          queue_drop(KEYS[2], f)
-        end
-      end
-    end)
-  end
-  local v = redis.call("GET", KEYS[1])
-  local mark = "~" .. ARGV[1]
-  if v == mark or (v and string.sub(v, 1, #mark + 1) == mark .. ":") or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
-    if v ~= mark and v ~= "~r" then
-      drop_record(KEYS[1], v) -- a fenced grant's (queue.lua)
-    end
-    hand_on(KEYS[1], KEYS[2], ARGV[1])
-  elseif not v and KEYS[2] == KEYS[1] .. ":waiters" then
-    hand_on(KEYS[1], KEYS[2], ARGV[1], true)
-  end
-  return 1
-end
-local e = redis.pcall("HGET", KEYS[2], ARGV[1])
-local mine = true
-if ARGV[2] and ARGV[2] ~= "" and type(e) == "string" then
-  local _, _, _, _, _, g = queue_entry(e)
-  mine = not g or g == ARGV[2]
-end
+local all = ARGV[2] == "*"
 local v = redis.call("GET", KEYS[1])
-if not mine then
-  if v == ARGV[2] then
-    drop_record(KEYS[1], v)
-    hand_on(KEYS[1], KEYS[2], nil) -- the next call may be the head
+if not all and ARGV[2] and ARGV[2] ~= "" then
+  local e = redis.pcall("HGET", KEYS[2], ARGV[1])
+  local g = nil
+  if type(e) == "string" then
+    g = select(6, queue_entry(e))
   end
-  return 1
+  if g and g ~= ARGV[2] then
+    -- The entry is a later call's of the client: it stays, and so does
+    -- a key reserved for the client; only the grant named goes on.
+    if v == ARGV[2] then
+      drop_record(KEYS[1], v)
+      hand_on(KEYS[1], KEYS[2], nil) -- the next call may be the head
+    end
+    return 1
+  end
 end
 pcall(queue_drop, KEYS[2], ARGV[1])
-if v == "~" .. ARGV[1] or (v == ARGV[2] and v ~= "") or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
-  -- (The readers' reservation, "~r": the next head decides, a reader
-  -- that still comes or a writer; see hand_on.)
-  if v == ARGV[2] then
+if all and string.sub(ARGV[1], 1, 1) == "r" then
+  -- node.LeaveAll of a client's readers' tag ("r" .. tag) takes out
+  -- each of its reader calls' entries ("r" .. tag .. ":" .. call, see
+  -- shared.lua).
+  pcall(function()
+    local p = ARGV[1] .. ":"
+    for _, f in ipairs(redis.call("HKEYS", KEYS[2])) do
+      if string.sub(f, 1, #p) == p then
+        queue_drop(KEYS[2], f)
+      end
+    end
+  end)
+end
+-- A key reserved for the leaver, granted to the call named (to any of
+-- the client's calls, "~" .. tag .. ":" .. id, node.GrantValue, for
+-- node.LeaveAll), or the readers' reservation ("~r": the next head
+-- decides, a reader that still comes or a writer; see hand_on) goes to
+-- the next head; so does an absent key of the key's own queue.
+local mark = "~" .. ARGV[1]
+local granted
+if all then
+  granted = v and string.sub(v, 1, #mark + 1) == mark .. ":"
+else
+  granted = v == ARGV[2] and v ~= ""
+end
+if v == mark or granted or (v == "~r" and string.sub(ARGV[1], 1, 1) == "r") then
+  if granted then
     drop_record(KEYS[1], v) -- a fenced grant's (queue.lua)
   end
   hand_on(KEYS[1], KEYS[2], ARGV[1])

@@ -74,6 +74,9 @@
 -- key is not its own (not granted here yet), so that it is not granted
 -- once the lock is gone.
 local v = redis.call("GET", KEYS[1])
+-- Whether KEYS[2] is the key's own queue, not a semaphore's line: asked
+-- only where the key does not hold the caller's token.
+local own = v ~= ARGV[1] and KEYS[2] == KEYS[1] .. ":waiters"
 if KEYS[3] then
   local r = redis.call("GET", KEYS[3])
   if r and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. "\n" then
@@ -88,7 +91,7 @@ if v ~= ARGV[1] and string.sub(ARGV[1], 1, 1) ~= "~" then
   if v then
     return 0
   end
-  local n = ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" and redis.pcall("HLEN", KEYS[2])
+  local n = ARGV[2] == "1" and own and redis.pcall("HLEN", KEYS[2])
   if type(n) ~= "number" or n == 0 then
     return -1
   end
@@ -134,7 +137,7 @@ if v ~= ARGV[1] then
   if v then
     return 0
   end
-  if ARGV[2] == "1" and KEYS[2] == KEYS[1] .. ":waiters" then
+  if ARGV[2] == "1" and own then
     -- Absent here, while waiters are queued (see above; a lock held
     -- by a grant comes here unchecked, and its forget may have taken
     -- the last entry).
