@@ -296,9 +296,9 @@ func (wt *waiter) try(ctx context.Context, cfg *config) (*Lock, bool, error) {
 // largest, so that every node orders the waiters alike; so does a
 // fenced call that has learnt a fence to propose since it registered
 // without one (its first attempt's replies showed no counter), or whose
-// proposal a majority's counters have reached (no
-// majority could grant it), so that the release it waits for grants
-// it. (Counters pass a proposal only as other holders take the key.)
+// proposal a majority's counters have reached (no majority could grant
+// it), so that the release it waits for grants it. (Counters pass a
+// proposal only as other holders take the key.)
 func (wt *waiter) backoff(_ context.Context, cfg *config) (time.Duration, bool, error) {
 	c := wt.c
 	wt.asked++

@@ -35,8 +35,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 		behind = onKey(*rolling, key)
 	}
 	// A waiting call's plain attempt (its first: a Lock's, a
-	// semaphore's) does not wait out slow nodes once
-	// one refused (see await); readers queue from their first attempt.
+	// semaphore's) does not wait out slow nodes once one refused (see
+	// await); readers queue from their first attempt.
 	impatient := rolling != nil && !wait && !cfg.shared
 	l, out := c.try(ctx, key, cfg, wait, impatient, p, token, behind)
 	switch {
