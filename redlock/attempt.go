@@ -36,7 +36,9 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, wait bool
 	}
 	// A waiting call's plain attempt (its first: a Lock's, a
 	// semaphore's) does not wait out slow nodes once one refused (see
-	// await); readers queue from their first attempt.
+	// await). A reader's first attempt, plain too, still waits its
+	// round out: the starved waits that made the rule were a writer's
+	// and a semaphore's (b0a20df).
 	impatient := rolling != nil && !wait && !cfg.shared
 	l, out := c.try(ctx, key, cfg, wait, impatient, p, token, behind)
 	switch {
