@@ -9,8 +9,8 @@ import "time"
 // dst and returns it, so that a driver that sends KEYS and ARGV in one
 // list (redigo: hash, number of keys, KEYS, ARGV) appends after them.
 //
-// The zero Argv boxes every value afresh and asks for grants. Token and
-// key names come from Key.Boxed, which NewKey boxed once.
+// The zero Argv boxes every value afresh and asks for grants. Tokens
+// come from Key.Boxed, which NewKey boxed once.
 type Argv struct {
 	// MS boxes a duration as its milliseconds (nil: d.Milliseconds()). A
 	// driver whose client boxes every argument in an interface (redigo;
@@ -18,7 +18,10 @@ type Argv struct {
 	// for the last TTL it saw: a client mostly uses one.
 	MS func(d time.Duration) any
 	// Tag boxes a client's tag, Key.Owner (nil: as it is), for the same
-	// reason: a client sends the same one on every call.
+	// reason: a client sends the same one on every call. It is asked
+	// only for a client's own tag (a lock's and a semaphore's calls),
+	// never for a reader call's, which is new for every call and would
+	// push the client's tag out of a one-entry cache.
 	Tag func(tag string) any
 	// NoGrants asks for no grant (Key.Grant), in an attempt or a
 	// rollback's requeue: for a driver whose client may send a script a
@@ -115,7 +118,11 @@ func (a Argv) tomb(dst []any, k *Key) []any {
 // record.
 func (a Argv) AcquireFenced(dst []any, k *Key, ttl, counterTTL time.Duration) []any {
 	_, token := k.Boxed()
-	dst = append(dst, token, a.ms(ttl), counterTTL.Milliseconds(), waiterLeaseMS, a.tag(k.Owner), k.Ticket)
+	owner := any("")
+	if k.Owner != "" {
+		owner = a.tag(k.Owner)
+	}
+	dst = append(dst, token, a.ms(ttl), counterTTL.Milliseconds(), waiterLeaseMS, owner, k.Ticket)
 	if g := a.grant(k); k.Owner != "" && g != "" {
 		dst = append(dst, g, GrantTTL(ttl).Milliseconds(), k.GrantFence, k.GrantRecord, ttl.Milliseconds())
 	}
@@ -140,19 +147,20 @@ func (a Argv) Transfer(dst []any, from, to *Key, ttl time.Duration) []any {
 	return append(dst, fromToken, toToken, a.ms(ttl), a.tag(from.Owner))
 }
 
-// Leave is leave.lua's ARGV: k.Owner's place, and the grant it had
-// asked for (or LeaveAll).
+// Leave is leave.lua's ARGV: k.Owner's place (a reader call's, too),
+// and the grant it had asked for (or LeaveAll).
 func (a Argv) Leave(dst []any, k *Key) []any {
-	return append(dst, a.tag(k.Owner), k.Grant)
+	return append(dst, k.Owner, k.Grant)
 }
 
 // AcquireShared is acquire_shared.lua's ARGV; as Acquire, only a
-// waiting attempt registers, and a reader asks for no grant.
+// waiting attempt registers (under its reader call's tag), and a reader
+// asks for no grant.
 func (a Argv) AcquireShared(dst []any, k *Key, ttl time.Duration, wait bool) []any {
 	_, token := k.Boxed()
 	owner := any("")
 	if wait {
-		owner = a.tag(k.Owner)
+		owner = k.Owner
 	}
 	return append(dst, token, a.ms(ttl), owner, waiterLeaseMS, k.Ticket)
 }

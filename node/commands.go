@@ -144,7 +144,7 @@ func (r *Redis) AcquireFenced(ctx context.Context, k *Key, ttl, counterTTL time.
 
 // ConfirmFence runs confirm_fence.lua (see Fencer).
 func (r *Redis) ConfirmFence(ctx context.Context, k *Key, fence int64, counterTTL time.Duration) (Result, error) {
-	keys := []any{r.sc.confirmFence.hash, 2, k.Name, FenceKey(k.Name)}
+	keys := append(make([]any, 0, 7), r.sc.confirmFence.hash, 2, k.Name, FenceKey(k.Name))
 	reply, err := r.call(ctx, "confirm", r.sc.confirmFence, "EVALSHA", r.argv.ConfirmFence(keys, k, fence, counterTTL, "", 0))
 	if err != nil {
 		return Result{}, err
@@ -167,8 +167,9 @@ func (r *Redis) Transfer(ctx context.Context, from, to *Key, ttl time.Duration) 
 
 // Leave removes k.Owner from the key's waiters (see Handoffer).
 func (r *Redis) Leave(ctx context.Context, k *Key) error {
-	name, _ := k.Boxed()
-	keys := append(make([]any, 0, 6), r.sc.leave.hash, 2, name, k.boxedWaiters())
+	// k.Name, not a boxed name: an owed Leave's key is a copy renamed
+	// for another slot (redlock's owe.go).
+	keys := append(make([]any, 0, 6), r.sc.leave.hash, 2, k.Name, k.Waiters())
 	_, err := r.call(ctx, "leave", r.sc.leave, "EVALSHA", r.argv.Leave(keys, k))
 	return err
 }
@@ -283,7 +284,7 @@ func (r *Redis) Announce(ctx context.Context, k *Key, text string, ttl time.Dura
 	if text == "" {
 		return Result{}, r.fail("announce", errEmptyText)
 	}
-	keys := []any{r.sc.announce.hash, 2, k.Name, AnnounceKey(k.Name)}
+	keys := append(make([]any, 0, 7), r.sc.announce.hash, 2, k.Name, AnnounceKey(k.Name))
 	reply, err := r.call(ctx, "announce", r.sc.announce, "EVALSHA", r.argv.Announce(keys, k, text, ttl))
 	if err != nil {
 		return Result{}, err
@@ -297,7 +298,7 @@ func (r *Redis) ConfirmAnnounce(ctx context.Context, k *Key, fence int64, counte
 	if text == "" {
 		return Result{}, r.fail("confirm", errEmptyText)
 	}
-	keys := []any{r.sc.confirmFence.hash, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name)}
+	keys := append(make([]any, 0, 10), r.sc.confirmFence.hash, 3, k.Name, FenceKey(k.Name), AnnounceKey(k.Name))
 	reply, err := r.call(ctx, "confirm", r.sc.confirmFence, "EVALSHA", r.argv.ConfirmFence(keys, k, fence, counterTTL, text, ttl))
 	if err != nil {
 		return Result{}, err

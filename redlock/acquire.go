@@ -237,7 +237,6 @@ type waiter struct {
 	// proposed is the last attempt's, the fence of a grant it gets.
 	propose, proposed int64
 	lost              bool        // a waiting attempt left a node's reply unknown: no grant is counted
-	refused           bool        // an attempt failed for a reason a retry may change: this call waited
 	sent              []*inflight // waiting attempts whose commands may still register the call on a node
 	requeue           bool        // a rollback of a waiting attempt requeued the call (node.Key.Requeue)
 	reg               *node.Key   // the call's registration, from its first waiting attempt (see register)

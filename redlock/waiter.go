@@ -106,7 +106,6 @@ func (wt *waiter) failed(out *outcome, attempt int) (prev int64, stop bool) {
 	if out.err.ctxErr != nil || wt.c.hopeless(wt.perm) {
 		return prev, true
 	}
-	wt.refused = true
 	return prev, false
 }
 
