@@ -278,9 +278,10 @@ func TestNodeOutsideTheMajorityRejoins(t *testing.T) {
 			"the waiter holds every node by the grants, node 4 too")
 	} else {
 		t.Logf("the wait ended with an attempt (a reply was lost on the way): token %s", wl.Token())
-		info, err := shared.Direct(4).Inspect(ctx, key)
-		require.NoError(t, err)
-		assert.Equal(t, wl.Token(), info.Token, "node 4 holds the waiter's key")
+		assert.Eventually(t, func() bool { // (Lock returned at 3 of 5)
+			info, err := shared.Direct(4).Inspect(ctx, key)
+			return err == nil && info.Token == wl.Token()
+		}, 5*time.Second, 5*time.Millisecond, "node 4 holds the waiter's key")
 		assert.GreaterOrEqual(t, holdersOf(t, wl), shared.Size()/2+1, "the waiter holds a majority")
 	}
 	require.NoError(t, wl.Unlock(ctx))

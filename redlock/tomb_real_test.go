@@ -470,9 +470,10 @@ func TestLateWaitingAcquireAfterRollback(t *testing.T) {
 	done := lockInBackground(ctx, b, "k")
 	rolledBack()
 	require.NoError(t, holder.Unlock(ctx))
+	// (Unlock returns at a majority: one of the two may be the late one.)
 	for i := 1; i < 3; i++ {
-		v := getKey(t, admins[i], "k")
-		require.True(t, strings.HasPrefix(v, "~"), "node %d: the Unlock handed the key on to the waiter (%q)", i, v)
+		require.Eventually(t, func() bool { return strings.HasPrefix(getKey(t, admins[i], "k"), "~") },
+			5*time.Second, time.Millisecond, "node %d: the Unlock handed the key on to the waiter", i)
 	}
 	for i := 1; i < 3; i++ {
 		assert.Equal(t, []node.Status{node.Taken}, ns[i].runLate(), "node %d: the late command is refused", i)
@@ -648,7 +649,12 @@ func TestLateAcquireOfAHandedOverLock(t *testing.T) {
 func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	ns, b := lateClient(t, urls)
+	var extended atomic.Bool // node 2 answered the Extend
+	ns, b := lateClient(t, urls, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
+		if i.Node == 2 && i.Op == "extend" && i.Err == nil {
+			extended.Store(true)
+		}
+	}}))
 
 	ns[2].holdFirst(func(op string, holderTTL bool) bool { return op == "acquire" && !holderTTL })
 	l, err := b.TryLock(ctx, "k")
@@ -658,6 +664,9 @@ func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 	_, err = admins[2].Do(ctx, "SET", "k", "someone-else", "PX", 60000)
 	require.NoError(t, err)
 	require.NoError(t, l.Extend(ctx, tombTTL), "nodes 0 and 1 extend")
+	// Extend returns at a majority: node 2's must find the other token
+	// before it goes.
+	require.Eventually(t, extended.Load, 5*time.Second, time.Millisecond, "node 2 answered the Extend")
 	_, err = admins[2].Do(ctx, "DEL", "k")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
@@ -678,10 +687,14 @@ func TestLateAcquireAfterAnExtendFoundAnotherHolder(t *testing.T) {
 func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	urls, admins := realNodes(t)
 	ctx := context.Background()
-	var attempts atomic.Int32 // acquires answered by node 0
+	var attempts atomic.Int32  // acquires answered by node 0
+	var transfers atomic.Int32 // transfers answered by node 2
 	ns, b := lateClient(t, urls, redlock.WithHooks(redlock.Hooks{NodeCall: func(i redlock.NodeCallInfo) {
 		if i.Node == 0 && i.Op == "acquire" {
 			attempts.Add(1)
+		}
+		if i.Node == 2 && i.Op == "transfer" && i.Err == nil {
+			transfers.Add(1)
 		}
 	}}))
 	receive := func(c <-chan lockResult) *redlock.Lock {
@@ -719,6 +732,9 @@ func TestLateTransferOfAHandedOverLock(t *testing.T) {
 	tried(n)
 	require.NoError(t, s1.Unlock(ctx), "handed on to S2")
 	s2 := receive(second)
+	// The handoff returns at a majority: S2's transfer must find the
+	// other token on node 2 before it goes (S1's timed out there).
+	require.Eventually(t, func() bool { return transfers.Load() == 1 }, 5*time.Second, time.Millisecond, "node 2 answered S2's transfer")
 	_, err = admins[2].Do(ctx, "DEL", "k")
 	require.NoError(t, err)
 	require.NoError(t, s2.Unlock(ctx))

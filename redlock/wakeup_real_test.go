@@ -87,12 +87,14 @@ func TestRealUnlockWakesAnotherClient(t *testing.T) {
 		t.Fatal("the waiter was not woken")
 	}
 	t.Logf("granted %v after the holder's Unlock returned", at.Sub(unlocked).Round(10*time.Microsecond))
-	assert.Less(t, at.Sub(unlocked), 100*time.Millisecond)
+	// Woken, not served by a retry (an hour) or the TTL (a minute). The
+	// bound is loose: a loaded machine stalls a -race run for 100s of ms.
+	assert.Less(t, at.Sub(unlocked), 2*time.Second)
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
-	for i, ad := range admins {
-		assert.Zero(t, subscribers(t, ad, "k"), "node %d: a subscription outlived Close", i)
-	}
+	// (Close closes the subscriber's socket; the server drops the
+	// subscription when it reads the close.)
+	waitSubscribed(t, admins, "k", 0)
 }
 
 // TestRealPubSubKilled: one node's pub/sub connection is killed while a
