@@ -187,6 +187,14 @@ func (f *fakeNode) put(key, token string, ttl time.Duration) {
 	f.keys[key] = entry{token: token, until: f.clk.Now().Add(ttl)}
 }
 
+// returned counts a call of op that returned, answered or not, as
+// "<op> returned": a call counted by hook and not here is in flight.
+func (f *fakeNode) returned(op string) {
+	f.mu.Lock()
+	f.calls[op+" returned"]++
+	f.mu.Unlock()
+}
+
 func (f *fakeNode) count(op string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -247,6 +255,7 @@ func (f *fakeNode) Extend(ctx context.Context, k *node.Key, ttl time.Duration) (
 }
 
 func (f *fakeNode) Release(ctx context.Context, k *node.Key, announce bool) (node.Result, error) {
+	defer f.returned("release")
 	key, token := k.Name, k.Token
 	if err := f.hook(ctx, "release"); err != nil {
 		return node.Result{}, err

@@ -155,6 +155,7 @@ func (n *handoffNode) Release(ctx context.Context, k *node.Key, announce bool) (
 	if !announce && k.Queue == "" {
 		return n.fakeNode.Release(ctx, k, announce)
 	}
+	defer n.returned("release")
 	if err := n.hook(ctx, "release"); err != nil {
 		return node.Result{}, err
 	}
