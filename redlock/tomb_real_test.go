@@ -302,14 +302,13 @@ func keysLeft(t *testing.T, a *redistest.Admin, key string) []string {
 // call returns at a majority, and its straggler lands a moment later.
 func everywhere(t *testing.T, admins []*redistest.Admin, key, token string) {
 	t.Helper()
+	seen := make([]string, len(admins))
 	require.Eventually(t, func() bool {
-		for _, ad := range admins {
-			if getKey(t, ad, key) != token {
-				return false
-			}
+		for i, ad := range admins {
+			seen[i] = getKey(t, ad, key)
 		}
-		return true
-	}, 5*time.Second, time.Millisecond, "the key on every node")
+		return !slices.ContainsFunc(seen, func(v string) bool { return v != token })
+	}, 5*time.Second, time.Millisecond, "the key on every node: want %q, the nodes hold %q", token, seen)
 }
 
 // liveHolds asserts that the key holds token on a majority of the
