@@ -53,14 +53,7 @@ func TestClusterFollowsAnAddedMaster(t *testing.T) {
 	assert.Equal(t, rc.Upstream(3), after[0].Master.Addr(), "copy 0 on the new master")
 
 	require.Eventually(t, func() bool {
-		if l.Extend(ctx, 30*time.Second) != nil {
-			return false
-		}
-		ad := rc.Admin(3)
-		defer ad.Close()
-		v, err := ad.Command(ctx, "PTTL", "{"+before[0].Tag+"}"+k)
-		ms, _ := v.(int64)
-		return err == nil && ms > 20_000
+		return l.Extend(ctx, 30*time.Second) == nil && pttl(rc, 3, "{"+before[0].Tag+"}"+k) > 20_000
 	}, 5*time.Second, 50*time.Millisecond, "copy 0 extended on the new master (it followed MOVED)")
 
 	b, err := redlock.DialCluster([]string{rc.URL(3), rc.URL(1)})

@@ -52,6 +52,19 @@ func holds(rc *cluster.RedisCluster, i int, key string) bool {
 	return false
 }
 
+// pttl returns the PTTL of key (a copy's full name) on master i, or -3
+// when it cannot be read.
+func pttl(rc *cluster.RedisCluster, i int, key string) int64 {
+	a := rc.Admin(i)
+	defer a.Close()
+	v, err := a.Command(context.Background(), "PTTL", key)
+	ms, ok := v.(int64)
+	if err != nil || !ok {
+		return -3
+	}
+	return ms
+}
+
 // TestClusterFailover: clusters of 3 and 5 masters with a replica each.
 // Master 0 is killed: locks are granted at once (by the other copies), a
 // lock held across the failover gets its copy back on the promoted
@@ -177,26 +190,13 @@ func TestClusterReshardingAHeldLocksSlot(t *testing.T) {
 	require.NoError(t, rc.FinishMoveSlot(ctx, slot, 0, 1))
 	// (Extend returned at 2 of 3 copies: copy 0's, after ASK, may be
 	// the late one.)
-	assert.Eventually(t, func() bool {
-		a := rc.Admin(1)
-		defer a.Close()
-		v, err := a.Command(ctx, "PTTL", tag+k)
-		ms, _ := v.(int64)
-		return err == nil && ms > 20_000
-	}, 5*time.Second, 10*time.Millisecond, "copy 0 extended on master 1, after ASK (the lock's TTL is 10s)")
+	assert.Eventually(t, func() bool { return pttl(rc, 1, tag+k) > 20_000 }, 5*time.Second, 10*time.Millisecond, "copy 0 extended on master 1, after ASK (the lock's TTL is 10s)")
 	require.False(t, holds(rc, 0, k), "the copy left master 0")
 	require.True(t, holds(rc, 1, k), "the copy is on master 1")
 
 	require.NoError(t, l.Extend(ctx, 40*time.Second), "two copies of three at least")
 	require.Eventually(t, func() bool {
-		if l.Extend(ctx, 50*time.Second) != nil {
-			return false
-		}
-		a := rc.Admin(1)
-		defer a.Close()
-		v, err := a.Command(ctx, "PTTL", tag+k)
-		ms, _ := v.(int64)
-		return err == nil && ms > 40_000
+		return l.Extend(ctx, 50*time.Second) == nil && pttl(rc, 1, tag+k) > 40_000
 	}, 5*time.Second, 50*time.Millisecond, "copy 0 extended on master 1 (it followed the MOVED reply)")
 	require.NoError(t, l.Unlock(ctx))
 	require.Eventually(t, func() bool { return !holds(rc, 1, k) }, 5*time.Second, 10*time.Millisecond, "both copies on master 1 released")
